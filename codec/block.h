@@ -1,0 +1,38 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * block.h - pieces of the artifact layout shared by the encoder and the
+ * decoder (private to codec/).
+ */
+#ifndef DMAR_BLOCK_H
+#define DMAR_BLOCK_H
+
+#include <stdint.h>
+
+#include "chunker.h"
+#include "format.h"
+#include "hash.h"
+
+/* Logical bytes the encoder puts in one block before it cuts the next.
+ * 2 MiB: large enough that zstd sees as much context as `zstd -3` (2 MiB
+ * window) would, small enough that threads get many blocks per file and a
+ * decoder holds only a few MiB. */
+#define DMAR_BLOCK_TARGET (2u << 20)
+
+/* The most chunks an encoder can put in a block for this chunker. */
+static inline unsigned dmar_block_max_chunks(const struct dmar_chunker *c)
+{
+	uint64_t n = DMAR_BLOCK_TARGET / c->min + 2;
+	return n > DMAR_BLOCK_MAX_CHUNKS ? DMAR_BLOCK_MAX_CHUNKS : (unsigned)n;
+}
+
+static inline unsigned dmar_log2(uint32_t v)
+{
+	return 31u - (unsigned)__builtin_clz(v);
+}
+
+/* Block check: SHA-256 over header bytes 0..11, the chunk table as stored,
+ * then every chunk id; the first 8 bytes are kept. */
+void dmar_block_check(const uint8_t *hdr12, const uint8_t *table, size_t table_len,
+		      const struct dmar_id *ids, unsigned n, uint8_t out[8]);
+
+#endif /* DMAR_BLOCK_H */

@@ -1,0 +1,518 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The encoder is a three-stage pipeline:
+ *   caller thread: fills a window, cuts it into chunks (the chunker is
+ *                  cheap and inherently serial), hands a block to the pool;
+ *   workers:       hash each chunk, drop the ones the reference set holds,
+ *                  compress, build the block record;
+ *   caller thread: collects finished blocks in submission order and writes
+ *                  them, folding their checks into the end record.
+ * A ring of `threads + 2` block slots bounds memory and keeps every worker
+ * busy while the caller reads the next window.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define ZSTD_STATIC_LINKING_ONLY
+#include <zstd.h>
+
+#include "block.h"
+#include "encoder.h"
+#include "pool.h"
+
+struct block_job {
+	struct dmar_pool_job pj; /* first: the pool hands us this pointer */
+	struct dmar_encoder *e;
+	uint8_t *data;           /* window buffer owned by this job */
+	size_t logical;          /* bytes of the block in data */
+	uint64_t offset;         /* of the block in the file */
+	unsigned n;
+	uint32_t *lens;
+	struct dmar_id *ids;
+	uint8_t *absent;
+	/* results, written by the worker */
+	uint8_t *rec;            /* record header + chunk table */
+	size_t rec_len;
+	const uint8_t *payload;
+	size_t payload_len;
+	uint8_t *zbuf;           /* compressed payload */
+	size_t zcap;
+	unsigned absent_n;
+	uint64_t absent_bytes;
+	bool raw;
+	int rc;
+};
+
+struct dmar_encoder {
+	struct dmar_encoder_opts o;
+	dmar_write_fn write;
+	void *wctx;
+	struct dmar_error *err;
+	struct dmar_pool *pool;
+	ZSTD_CCtx **cctx;        /* one per worker */
+	ZSTD_CCtx **sctx;        /* one per worker, for the compressibility probe */
+	size_t win_cap;          /* DMAR_BLOCK_TARGET + max chunk */
+	unsigned max_chunks;
+	uint8_t *win;            /* window being filled by the caller */
+	size_t win_len;
+	uint8_t **spare;         /* free window buffers */
+	unsigned nspare;
+	struct block_job *ring;
+	unsigned ring_cap, ring_head, ring_count;
+	struct dmar_hash_ctx *recipe; /* file id: over (id, le32 len) */
+	struct dmar_hash_ctx *endck;  /* header, block checks, end record */
+	uint64_t offset;         /* logical bytes handed to blocks so far */
+	struct dmar_encode_stats st;
+	int rc;                  /* sticky first error */
+	bool finished;
+};
+
+static int emit(struct dmar_encoder *e, const void *buf, size_t len)
+{
+	if (!len)
+		return 0;
+	int r = e->write(e->wctx, buf, len);
+	if (r < 0)
+		return dmar_error_errno(e->err, r, "write");
+	e->st.stored += len;
+	return 0;
+}
+
+/* Does the block look compressible?  Level-1 zstd on three 4 KiB samples
+ * costs well under 1 % of compressing the block, and spares random or
+ * already-compressed data the full attempt (the main cost of packing it). */
+static bool worth_compressing(ZSTD_CCtx *sctx, const uint8_t *p, size_t len)
+{
+	enum { S = 4096 };
+	if (len < 16 * S)
+		return true;
+	uint8_t sample[3 * S], out[3 * S + 512];
+	memcpy(sample, p, S);
+	memcpy(sample + S, p + len / 2, S);
+	memcpy(sample + 2 * S, p + len - S, S);
+	size_t c = ZSTD_compressCCtx(sctx, out, sizeof(out), sample, sizeof(sample), 1);
+	if (ZSTD_isError(c))
+		return true;
+	return c < sizeof(sample) - sizeof(sample) / 32;
+}
+
+static void encode_block(struct dmar_pool_job *pj, unsigned worker)
+{
+	struct block_job *j = (struct block_job *)pj;
+	struct dmar_encoder *e = j->e;
+	size_t off = 0;
+
+	j->absent_n = 0;
+	j->absent_bytes = 0;
+	for (unsigned i = 0; i < j->n; i++) {
+		dmar_hash(j->data + off, j->lens[i], &j->ids[i]);
+		j->absent[i] = e->o.ref && dmar_refset_has(e->o.ref, &j->ids[i]);
+		if (j->absent[i]) {
+			j->absent_n++;
+			j->absent_bytes += j->lens[i];
+		}
+		off += j->lens[i];
+	}
+	if (e->o.on_chunks)
+		return;
+
+	/* Squeeze out absent chunks: present bytes only move down. */
+	size_t raw_len = 0;
+	off = 0;
+	for (unsigned i = 0; i < j->n; i++) {
+		if (!j->absent[i]) {
+			if (raw_len != off)
+				memmove(j->data + raw_len, j->data + off, j->lens[i]);
+			raw_len += j->lens[i];
+		}
+		off += j->lens[i];
+	}
+
+	uint8_t enc = DMAR_ENC_RAW;
+	j->payload = j->data;
+	j->payload_len = raw_len;
+	if (raw_len && e->o.level > 0 && worth_compressing(e->sctx[worker], j->data, raw_len)) {
+		size_t c = ZSTD_compress2(e->cctx[worker], j->zbuf, j->zcap, j->data, raw_len);
+		/* Keep zstd only when it saves more than 1/64: decoding raw
+		 * blocks is a memcpy, so a marginal gain is not worth it. */
+		if (!ZSTD_isError(c) && c < raw_len - raw_len / 64) {
+			enc = e->o.pack ? DMAR_ENC_ZSTD_PACK : DMAR_ENC_ZSTD;
+			j->payload = j->zbuf;
+			j->payload_len = c;
+		}
+	}
+	j->raw = enc == DMAR_ENC_RAW;
+
+	uint8_t *r = j->rec;
+	r[0] = DMAR_REC_BLOCK;
+	r[1] = enc;
+	dmar_put_le16(r + 2, (uint16_t)j->n);
+	dmar_put_le32(r + 4, (uint32_t)raw_len);
+	dmar_put_le32(r + 8, (uint32_t)j->payload_len);
+	uint8_t *t = r + DMAR_BLOCK_HDR_SIZE;
+	for (unsigned i = 0; i < j->n; i++) {
+		dmar_put_le32(t, j->lens[i] | (j->absent[i] ? DMAR_CHUNK_ABSENT : 0));
+		t += 4;
+		if (j->absent[i]) {
+			memcpy(t, j->ids[i].b, DMAR_HASH_SIZE);
+			t += DMAR_HASH_SIZE;
+		}
+	}
+	j->rec_len = (size_t)(t - r);
+	dmar_block_check(r, r + DMAR_BLOCK_HDR_SIZE, j->rec_len - DMAR_BLOCK_HDR_SIZE, j->ids, j->n,
+			 r + 12);
+	j->rc = 0;
+}
+
+/* Write out a finished block and fold it into the running hashes. */
+static int collect(struct dmar_encoder *e, struct block_job *j)
+{
+	dmar_pool_wait(e->pool, &j->pj);
+	int r = j->rc;
+	if (r < 0)
+		return r;
+
+	e->st.chunks += j->n;
+	e->st.absent_chunks += j->absent_n;
+	e->st.absent_bytes += j->absent_bytes;
+	e->st.blocks++;
+	for (unsigned i = 0; i < j->n; i++) {
+		uint8_t le[4];
+		dmar_put_le32(le, j->lens[i]);
+		dmar_hash_ctx_update(e->recipe, j->ids[i].b, DMAR_HASH_SIZE);
+		dmar_hash_ctx_update(e->recipe, le, 4);
+	}
+	if (e->o.on_chunks) {
+		r = e->o.on_chunks(e->o.on_chunks_ctx, j->offset, j->ids, j->lens, j->data, j->n);
+		if (r < 0)
+			return dmar_error_errno(e->err, r, "indexing");
+	} else {
+		e->st.raw_blocks += j->raw;
+		dmar_hash_ctx_update(e->endck, j->rec + 12, 8);
+		r = emit(e, j->rec, j->rec_len);
+		if (r == 0)
+			r = emit(e, j->payload, j->payload_len);
+		if (r < 0)
+			return r;
+	}
+	e->spare[e->nspare++] = j->data;
+	j->data = NULL;
+	return 0;
+}
+
+static int collect_oldest(struct dmar_encoder *e)
+{
+	struct block_job *j = &e->ring[e->ring_head];
+	e->ring_head = (e->ring_head + 1) % e->ring_cap;
+	e->ring_count--;
+	return collect(e, j);
+}
+
+/* Cut blocks from the window while it is full (or, at eof, not empty). */
+static int cut_blocks(struct dmar_encoder *e, bool eof)
+{
+	while (e->win_len >= e->win_cap || (eof && e->win_len > 0)) {
+		if (e->ring_count == e->ring_cap) {
+			int r = collect_oldest(e);
+			if (r < 0)
+				return r;
+		}
+		struct block_job *j = &e->ring[(e->ring_head + e->ring_count) % e->ring_cap];
+		size_t pos = 0;
+		unsigned n = 0;
+		/* The window holds target + max bytes, so below the target
+		 * there is always a whole max-size chunk ahead of pos and the
+		 * chunker never needs more data. */
+		while (pos < e->win_len && pos < DMAR_BLOCK_TARGET && n < e->max_chunks) {
+			size_t c = dmar_chunker_next(&e->o.chunker, e->win + pos, e->win_len - pos, eof);
+			if (!c)
+				break;
+			j->lens[n++] = (uint32_t)c;
+			pos += c;
+		}
+		uint8_t *next = e->spare[--e->nspare];
+		memcpy(next, e->win + pos, e->win_len - pos);
+		j->data = e->win;
+		j->logical = pos;
+		j->offset = e->offset;
+		j->n = n;
+		j->rc = 0;
+		e->offset += pos;
+		e->win = next;
+		e->win_len -= pos;
+		e->ring_count++;
+		dmar_pool_submit(e->pool, &j->pj);
+	}
+	return 0;
+}
+
+static ZSTD_CCtx *new_cctx(const struct dmar_encoder_opts *o)
+{
+	ZSTD_CCtx *c = ZSTD_createCCtx();
+	if (!c)
+		return NULL;
+	/* Our record already carries sizes and a check, and the header names
+	 * the dictionary: drop zstd's magic, checksum, dictionary id and
+	 * content size, ~14 bytes a block that matter for small files. */
+	ZSTD_CCtx_setParameter(c, ZSTD_c_format, ZSTD_f_zstd1_magicless);
+	ZSTD_CCtx_setParameter(c, ZSTD_c_checksumFlag, 0);
+	ZSTD_CCtx_setParameter(c, ZSTD_c_dictIDFlag, 0);
+	ZSTD_CCtx_setParameter(c, ZSTD_c_contentSizeFlag, 0);
+	ZSTD_CCtx_setParameter(c, ZSTD_c_compressionLevel, o->level > 0 ? o->level : 1);
+	if (o->pack) {
+		const ZSTD_CDict *cd = (const ZSTD_CDict *)dmar_bytepack_cdict(o->pack, o->level);
+		if (!cd || ZSTD_isError(ZSTD_CCtx_refCDict(c, cd))) {
+			ZSTD_freeCCtx(c);
+			return NULL;
+		}
+	}
+	return c;
+}
+
+static void write_header(const struct dmar_encoder_opts *o, uint8_t h[DMAR_HDR_SIZE])
+{
+	memset(h, 0, DMAR_HDR_SIZE);
+	memcpy(h, DMAR_MAGIC, 4);
+	h[4] = DMAR_VERSION;
+	h[5] = (uint8_t)((o->pack ? DMAR_HDR_PACK : 0) | (o->ref ? DMAR_HDR_THIN : 0) |
+			 (o->meta.valid ? DMAR_HDR_META : 0));
+	h[6] = (uint8_t)dmar_log2(o->chunker.min);
+	h[7] = (uint8_t)dmar_log2(o->chunker.avg);
+	h[8] = (uint8_t)dmar_log2(o->chunker.max);
+	if (o->meta.valid) {
+		dmar_put_le32(h + 12, o->meta.mode);
+		dmar_put_le64(h + 16, (uint64_t)o->meta.mtime_sec);
+		dmar_put_le32(h + 24, o->meta.mtime_nsec);
+	}
+	dmar_put_le64(h + 28, o->pack ? dmar_bytepack_id(o->pack) : 0);
+	struct dmar_id ck;
+	dmar_hash(h, 36, &ck);
+	memcpy(h + 36, ck.b, 4);
+}
+
+int dmar_encoder_new(struct dmar_encoder **out, const struct dmar_encoder_opts *o,
+		     dmar_write_fn write, void *wctx, struct dmar_error *err)
+{
+	struct dmar_chunker chk;
+	if (o->threads < 1 || o->level < 0 || o->level > ZSTD_maxCLevel() || (!write && !o->on_chunks) ||
+	    dmar_chunker_init(&chk, o->chunker.min, o->chunker.avg, o->chunker.max) < 0 ||
+	    (o->meta.valid && o->meta.mtime_nsec >= 1000000000u))
+		return dmar_error_set(err, -EINVAL, "invalid encoder options");
+	if (o->ref) {
+		const struct dmar_chunker *rc = dmar_refset_chunker(o->ref);
+		if (rc->min != chk.min || rc->avg != chk.avg || rc->max != chk.max)
+			return dmar_error_set(err, -EINVAL, "reference set was cut with other chunk sizes");
+	}
+
+	struct dmar_encoder *e = calloc(1, sizeof(*e));
+	if (!e)
+		return dmar_error_errno(err, -ENOMEM, "encoder");
+	e->o = *o;
+	e->o.chunker = chk;
+	e->write = write;
+	e->wctx = wctx;
+	e->err = err;
+	e->win_cap = DMAR_BLOCK_TARGET + chk.max;
+	e->max_chunks = dmar_block_max_chunks(&chk);
+	e->ring_cap = o->threads > 1 ? o->threads + 2 : 1;
+	int r = -ENOMEM;
+
+	if (dmar_pool_new(&e->pool, o->threads) < 0)
+		goto fail;
+	e->cctx = calloc(o->threads, sizeof(*e->cctx));
+	e->sctx = calloc(o->threads, sizeof(*e->sctx));
+	e->ring = calloc(e->ring_cap, sizeof(*e->ring));
+	e->spare = calloc(e->ring_cap + 1, sizeof(*e->spare));
+	e->recipe = dmar_hash_ctx_new();
+	e->endck = dmar_hash_ctx_new();
+	if (!e->cctx || !e->sctx || !e->ring || !e->spare || !e->recipe || !e->endck)
+		goto fail;
+	if (!o->on_chunks) {
+		for (unsigned i = 0; i < o->threads; i++) {
+			e->cctx[i] = new_cctx(o);
+			e->sctx[i] = ZSTD_createCCtx();
+			if (!e->cctx[i] || !e->sctx[i])
+				goto fail;
+		}
+	}
+	size_t zcap = ZSTD_compressBound(e->win_cap);
+	size_t rec_cap = DMAR_BLOCK_HDR_SIZE + (size_t)e->max_chunks * (4 + DMAR_HASH_SIZE);
+	for (unsigned i = 0; i < e->ring_cap; i++) {
+		struct block_job *j = &e->ring[i];
+		j->pj.fn = encode_block;
+		j->e = e;
+		j->lens = malloc(e->max_chunks * sizeof(*j->lens));
+		j->ids = malloc(e->max_chunks * sizeof(*j->ids));
+		j->absent = malloc(e->max_chunks);
+		j->rec = malloc(rec_cap);
+		j->zcap = zcap;
+		j->zbuf = o->on_chunks ? NULL : malloc(zcap);
+		if (!j->lens || !j->ids || !j->absent || !j->rec || (!o->on_chunks && !j->zbuf))
+			goto fail;
+	}
+	for (unsigned i = 0; i < e->ring_cap + 1; i++) {
+		e->spare[i] = malloc(e->win_cap);
+		if (!e->spare[i])
+			goto fail;
+		e->nspare++;
+	}
+	e->win = e->spare[--e->nspare];
+
+	uint8_t h[DMAR_HDR_SIZE];
+	write_header(&e->o, h);
+	dmar_hash_ctx_update(e->endck, h, sizeof(h));
+	if (!o->on_chunks) {
+		r = emit(e, h, sizeof(h));
+		if (r < 0)
+			goto fail_quiet;
+	}
+	*out = e;
+	return 0;
+
+fail:
+	dmar_error_errno(err, r, "encoder");
+fail_quiet:
+	dmar_encoder_free(e);
+	return r;
+}
+
+void dmar_encoder_space(struct dmar_encoder *e, uint8_t **buf, size_t *cap)
+{
+	*buf = e->win + e->win_len;
+	*cap = e->win_cap - e->win_len;
+}
+
+int dmar_encoder_commit(struct dmar_encoder *e, size_t n)
+{
+	if (e->rc < 0)
+		return e->rc;
+	if (e->finished || n > e->win_cap - e->win_len)
+		return -EINVAL;
+	e->win_len += n;
+	e->st.logical += n;
+	if (e->win_len == e->win_cap)
+		e->rc = cut_blocks(e, false);
+	return e->rc;
+}
+
+int dmar_encoder_feed(struct dmar_encoder *e, const void *buf, size_t len)
+{
+	const uint8_t *p = buf;
+	while (len) {
+		uint8_t *dst;
+		size_t cap;
+		dmar_encoder_space(e, &dst, &cap);
+		size_t n = len < cap ? len : cap;
+		memcpy(dst, p, n);
+		int r = dmar_encoder_commit(e, n);
+		if (r < 0)
+			return r;
+		p += n;
+		len -= n;
+	}
+	return 0;
+}
+
+int dmar_encoder_feed_fd(struct dmar_encoder *e, int fd, void (*progress)(void *, uint64_t),
+			 void *pctx)
+{
+	uint64_t last = 0;
+	for (;;) {
+		uint8_t *dst;
+		size_t cap;
+		dmar_encoder_space(e, &dst, &cap);
+		ssize_t n = read(fd, dst, cap);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return dmar_error_errno(e->err, -errno, "read");
+		}
+		if (n == 0)
+			return 0;
+		int r = dmar_encoder_commit(e, (size_t)n);
+		if (r < 0)
+			return r;
+		if (progress && e->st.logical - last >= (8u << 20)) {
+			last = e->st.logical;
+			progress(pctx, last);
+		}
+	}
+}
+
+int dmar_encoder_finish(struct dmar_encoder *e, struct dmar_encode_stats *st)
+{
+	if (e->rc < 0)
+		return e->rc;
+	if (e->finished)
+		return -EINVAL;
+	e->finished = true;
+	int r = cut_blocks(e, true);
+	while (r == 0 && e->ring_count)
+		r = collect_oldest(e);
+	if (r < 0)
+		return e->rc = r;
+	dmar_hash_ctx_final(e->recipe, &e->st.file_id);
+
+	if (!e->o.on_chunks) {
+		uint8_t end[DMAR_END_SIZE] = { DMAR_REC_END };
+		dmar_put_le64(end + 8, e->st.logical);
+		dmar_put_le64(end + 16, e->st.chunks);
+		struct dmar_id ck;
+		dmar_hash_ctx_update(e->endck, end, 24);
+		dmar_hash_ctx_final(e->endck, &ck);
+		memcpy(end + 24, ck.b, 8);
+		r = emit(e, end, sizeof(end));
+		if (r < 0)
+			return e->rc = r;
+	}
+	if (st)
+		*st = e->st;
+	return 0;
+}
+
+const struct dmar_encode_stats *dmar_encoder_stats(const struct dmar_encoder *e)
+{
+	return &e->st;
+}
+
+void dmar_encoder_free(struct dmar_encoder *e)
+{
+	if (!e)
+		return;
+	/* Jobs still in flight (after an error) must finish before their
+	 * buffers go away. */
+	for (unsigned k = 0; k < e->ring_count; k++)
+		dmar_pool_wait(e->pool, &e->ring[(e->ring_head + k) % e->ring_cap].pj);
+	dmar_pool_free(e->pool);
+	if (e->ring) {
+		for (unsigned i = 0; i < e->ring_cap; i++) {
+			struct block_job *j = &e->ring[i];
+			free(j->data);
+			free(j->lens);
+			free(j->ids);
+			free(j->absent);
+			free(j->rec);
+			free(j->zbuf);
+		}
+	}
+	if (e->spare) {
+		for (unsigned i = 0; i < e->nspare; i++)
+			free(e->spare[i]);
+	}
+	free(e->win);
+	free(e->spare);
+	free(e->ring);
+	for (unsigned i = 0; e->cctx && i < e->o.threads; i++)
+		ZSTD_freeCCtx(e->cctx[i]);
+	for (unsigned i = 0; e->sctx && i < e->o.threads; i++)
+		ZSTD_freeCCtx(e->sctx[i]);
+	free(e->cctx);
+	free(e->sctx);
+	dmar_hash_ctx_free(e->recipe);
+	dmar_hash_ctx_free(e->endck);
+	free(e);
+}

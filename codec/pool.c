@@ -1,0 +1,132 @@
+/* SPDX-License-Identifier: MIT */
+#include "config.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+
+#include "pool.h"
+
+struct dmar_pool {
+	unsigned threads;
+	pthread_mutex_t lock;
+	pthread_cond_t work;      /* signalled when a job is queued or on stop */
+	pthread_cond_t finished;  /* broadcast when any job finishes */
+	struct dmar_pool_job *head, *tail; /* queued jobs, protected by lock */
+	bool stop;                /* protected by lock */
+	unsigned started;
+	pthread_t tid[];
+};
+
+struct worker_arg {
+	struct dmar_pool *p;
+	unsigned idx;
+};
+
+static void *worker_main(void *arg)
+{
+	struct worker_arg wa = *(struct worker_arg *)arg;
+	struct dmar_pool *p = wa.p;
+	free(arg);
+
+	pthread_mutex_lock(&p->lock);
+	for (;;) {
+		while (!p->head && !p->stop)
+			pthread_cond_wait(&p->work, &p->lock);
+		if (!p->head)
+			break;
+		struct dmar_pool_job *j = p->head;
+		p->head = j->next;
+		if (!p->head)
+			p->tail = NULL;
+		pthread_mutex_unlock(&p->lock);
+		j->fn(j, wa.idx);
+		pthread_mutex_lock(&p->lock);
+		j->done = true;
+		pthread_cond_broadcast(&p->finished);
+	}
+	pthread_mutex_unlock(&p->lock);
+	return NULL;
+}
+
+int dmar_pool_new(struct dmar_pool **out, unsigned threads)
+{
+	if (threads == 0)
+		return -EINVAL;
+	unsigned nt = threads > 1 ? threads : 0;
+	struct dmar_pool *p = calloc(1, sizeof(*p) + nt * sizeof(pthread_t));
+	if (!p)
+		return -ENOMEM;
+	p->threads = threads;
+	pthread_mutex_init(&p->lock, NULL);
+	pthread_cond_init(&p->work, NULL);
+	pthread_cond_init(&p->finished, NULL);
+	for (unsigned i = 0; i < nt; i++) {
+		struct worker_arg *wa = malloc(sizeof(*wa));
+		if (!wa) {
+			dmar_pool_free(p);
+			return -ENOMEM;
+		}
+		wa->p = p;
+		wa->idx = i;
+		int r = pthread_create(&p->tid[i], NULL, worker_main, wa);
+		if (r) {
+			free(wa);
+			dmar_pool_free(p);
+			return -r;
+		}
+		p->started++;
+	}
+	*out = p;
+	return 0;
+}
+
+unsigned dmar_pool_threads(const struct dmar_pool *p)
+{
+	return p->threads;
+}
+
+void dmar_pool_submit(struct dmar_pool *p, struct dmar_pool_job *job)
+{
+	job->next = NULL;
+	job->done = false;
+	if (p->threads <= 1) {
+		job->fn(job, 0);
+		job->done = true;
+		return;
+	}
+	pthread_mutex_lock(&p->lock);
+	if (p->tail)
+		p->tail->next = job;
+	else
+		p->head = job;
+	p->tail = job;
+	pthread_cond_signal(&p->work);
+	pthread_mutex_unlock(&p->lock);
+}
+
+void dmar_pool_wait(struct dmar_pool *p, struct dmar_pool_job *job)
+{
+	if (p->threads <= 1)
+		return;
+	pthread_mutex_lock(&p->lock);
+	while (!job->done)
+		pthread_cond_wait(&p->finished, &p->lock);
+	pthread_mutex_unlock(&p->lock);
+}
+
+void dmar_pool_free(struct dmar_pool *p)
+{
+	if (!p)
+		return;
+	pthread_mutex_lock(&p->lock);
+	p->stop = true;
+	pthread_cond_broadcast(&p->work);
+	pthread_mutex_unlock(&p->lock);
+	for (unsigned i = 0; i < p->started; i++)
+		pthread_join(p->tid[i], NULL);
+	pthread_mutex_destroy(&p->lock);
+	pthread_cond_destroy(&p->work);
+	pthread_cond_destroy(&p->finished);
+	free(p);
+}

@@ -1,0 +1,234 @@
+/* SPDX-License-Identifier: MIT */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+const char *cli_cmd = NULL;
+int cli_verbosity = 1;
+
+void cli_err(const char *fmt, ...)
+{
+	va_list ap;
+	fputs("dmar: ", stderr);
+	if (cli_cmd)
+		fprintf(stderr, "%s: ", cli_cmd);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+}
+
+int cli_parse_size(const char *s, uint64_t *out)
+{
+	char *end;
+	errno = 0;
+	if (!s || !*s || *s == '-')
+		return -EINVAL;
+	unsigned long long v = strtoull(s, &end, 10);
+	if (errno || end == s)
+		return -EINVAL;
+	unsigned shift = 0;
+	switch (*end) {
+	case '\0': break;
+	case 'k': case 'K': shift = 10; end++; break;
+	case 'm': case 'M': shift = 20; end++; break;
+	case 'g': case 'G': shift = 30; end++; break;
+	default: return -EINVAL;
+	}
+	if (*end == 'i' && shift)
+		end++;
+	if ((*end == 'B' || *end == 'b') && shift)
+		end++;
+	if (*end)
+		return -EINVAL;
+	if (shift && v > (UINT64_MAX >> shift))
+		return -EINVAL;
+	*out = (uint64_t)v << shift;
+	return 0;
+}
+
+const char *cli_human(uint64_t b, char *buf)
+{
+	static const char *u[] = { "B", "KiB", "MiB", "GiB", "TiB" };
+	double v = (double)b;
+	int i = 0;
+	while (v >= 1024 && i < 4) {
+		v /= 1024;
+		i++;
+	}
+	if (i == 0)
+		snprintf(buf, 32, "%llu B", (unsigned long long)b);
+	else
+		snprintf(buf, 32, "%.1f %s", v, u[i]);
+	return buf;
+}
+
+double cli_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+unsigned cli_default_threads(void)
+{
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
+	if (n < 1)
+		n = 1;
+	return n > 8 ? 8 : (unsigned)n;
+}
+
+int cli_parse_threads(const char *s, unsigned *out)
+{
+	char *end;
+	errno = 0;
+	long v = strtol(s, &end, 10);
+	if (errno || end == s || *end || v < 0 || v > 256)
+		return -EINVAL;
+	if (v == 0) {
+		long n = sysconf(_SC_NPROCESSORS_ONLN);
+		v = n < 1 ? 1 : n;
+	}
+	*out = (unsigned)v;
+	return 0;
+}
+
+int cli_out_open(struct cli_out *o, const char *path, bool force)
+{
+	memset(o, 0, sizeof(*o));
+	if (!path) {
+		o->fd = STDOUT_FILENO;
+		return 0;
+	}
+	struct stat st;
+	if (!force && lstat(path, &st) == 0)
+		return -EEXIST;
+	o->path = strdup(path);
+	size_t n = strlen(path);
+	o->tmp = malloc(n + 16);
+	if (!o->path || !o->tmp) {
+		free(o->path);
+		free(o->tmp);
+		return -ENOMEM;
+	}
+	/* Temp file in the target's directory, so rename is atomic. */
+	const char *slash = strrchr(path, '/');
+	size_t dirlen = slash ? (size_t)(slash - path + 1) : 0;
+	snprintf(o->tmp, n + 16, "%.*s.%s.XXXXXX", (int)dirlen, path, path + dirlen);
+	o->fd = mkostemp(o->tmp, O_CLOEXEC);
+	if (o->fd < 0) {
+		int r = -errno;
+		free(o->path);
+		free(o->tmp);
+		o->path = o->tmp = NULL;
+		return r;
+	}
+	return 0;
+}
+
+int cli_out_write(void *ctx, const void *buf, size_t len)
+{
+	struct cli_out *o = ctx;
+	const uint8_t *p = buf;
+	while (len) {
+		ssize_t n = write(o->fd, p, len);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+int cli_out_commit(struct cli_out *o, const struct dmar_meta *meta)
+{
+	if (!o->path)
+		return 0;
+	int r = 0;
+	mode_t mode = 0644;
+	if (meta && meta->valid)
+		mode = meta->mode & 07777;
+	else {
+		mode_t um = umask(0);
+		umask(um);
+		mode = 0666 & ~um;
+	}
+	if (fchmod(o->fd, mode) < 0)
+		r = -errno;
+	if (!r && meta && meta->valid) {
+		struct timespec ts[2] = {
+			{ .tv_sec = 0, .tv_nsec = UTIME_OMIT },
+			{ .tv_sec = (time_t)meta->mtime_sec, .tv_nsec = meta->mtime_nsec },
+		};
+		if (futimens(o->fd, ts) < 0)
+			r = -errno;
+	}
+	if (close(o->fd) < 0 && !r)
+		r = -errno;
+	o->fd = -1;
+	if (!r && rename(o->tmp, o->path) < 0)
+		r = -errno;
+	if (r)
+		unlink(o->tmp);
+	free(o->path);
+	free(o->tmp);
+	o->path = o->tmp = NULL;
+	return r;
+}
+
+void cli_out_abort(struct cli_out *o)
+{
+	if (!o->path)
+		return;
+	if (o->fd >= 0)
+		close(o->fd);
+	unlink(o->tmp);
+	free(o->path);
+	free(o->tmp);
+	o->path = o->tmp = NULL;
+}
+
+void cli_progress_init(struct cli_progress *p, const char *what, uint64_t total)
+{
+	p->on = cli_verbosity > 0 && isatty(STDERR_FILENO);
+	p->start = p->last = cli_now();
+	p->total = total;
+	p->what = what;
+}
+
+void cli_progress_cb(void *ctx, uint64_t done)
+{
+	struct cli_progress *p = ctx;
+	if (!p->on)
+		return;
+	double now = cli_now();
+	if (now - p->last < 0.25)
+		return;
+	p->last = now;
+	char a[32], b[32];
+	double speed = done / (now - p->start) / 1e6;
+	if (p->total)
+		fprintf(stderr, "\r%s %s / %s (%3.0f%%) %.0f MB/s   ", p->what, cli_human(done, a),
+			cli_human(p->total, b), 100.0 * done / p->total, speed);
+	else
+		fprintf(stderr, "\r%s %s %.0f MB/s   ", p->what, cli_human(done, a), speed);
+}
+
+void cli_progress_end(struct cli_progress *p)
+{
+	if (p->on && p->last > p->start)
+		fputs("\r\033[K", stderr);
+}

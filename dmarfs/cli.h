@@ -1,0 +1,68 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * cli.h - what the `dmar` commands share: size parsing, output files that
+ * appear whole or not at all, progress and speed reporting.
+ */
+#ifndef DMAR_CLI_H
+#define DMAR_CLI_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "bytepack.h"
+#include "encoder.h"
+#include "error.h"
+
+extern const char *cli_cmd;   /* "pack", "unpack", ... for messages */
+extern int cli_verbosity;     /* 0 quiet, 1 normal, 2 verbose */
+
+/* "dmar: CMD: " + message on stderr. */
+void cli_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Parse "123", "4k", "8M", "2g" (binary multiples).  0 or -EINVAL. */
+int cli_parse_size(const char *s, uint64_t *out);
+/* "1.5 MiB" style, into buf[32]. */
+const char *cli_human(uint64_t bytes, char *buf);
+double cli_now(void);
+/* Default thread count: online CPUs, at most 8. */
+unsigned cli_default_threads(void);
+/* Parse -T: 0 means all CPUs.  0 or -EINVAL. */
+int cli_parse_threads(const char *s, unsigned *out);
+
+/* An output that becomes visible only when complete: a temp file beside
+ * the target renamed over it on commit, or stdout. */
+struct cli_out {
+	int fd;
+	char *path;   /* final name, NULL for stdout */
+	char *tmp;    /* temp name while open */
+};
+int cli_out_open(struct cli_out *o, const char *path, bool force);
+int cli_out_write(void *ctx, const void *buf, size_t len); /* dmar_write_fn */
+/* fsync? no: rename is enough for all-or-nothing visibility to readers. */
+int cli_out_commit(struct cli_out *o, const struct dmar_meta *meta);
+void cli_out_abort(struct cli_out *o); /* removes the temp file */
+
+/* Progress line on stderr (only when it is a terminal and not quiet). */
+struct cli_progress {
+	bool on;
+	double start, last;
+	uint64_t total;   /* 0 if unknown */
+	const char *what;
+};
+void cli_progress_init(struct cli_progress *p, const char *what, uint64_t total);
+void cli_progress_cb(void *ctx, uint64_t done);
+void cli_progress_end(struct cli_progress *p);
+
+/* Samples for mining a byte pack (dmarfs/mine.c). */
+struct cli_samples {
+	uint8_t *buf;
+	size_t len, cap;
+	size_t *sizes;
+	unsigned n, ncap;
+};
+int mine_from_paths(struct cli_samples *s, char **paths, int n, size_t budget);
+int mine_from_pid(struct cli_samples *s, long pid, size_t budget);
+void mine_samples_free(struct cli_samples *s);
+
+#endif /* DMAR_CLI_H */
