@@ -16,7 +16,7 @@
  * 2 MiB: large enough that zstd sees as much context as `zstd -3` (2 MiB
  * window) would, small enough that threads get many blocks per file and a
  * decoder holds only a few MiB. */
-#define DMAR_BLOCK_TARGET (2u << 20)
+#define DMAR_BLOCK_TARGET (4u << 20)
 
 /* The most chunks an encoder can put in a block for this chunker. */
 static inline unsigned dmar_block_max_chunks(const struct dmar_chunker *c)

@@ -382,7 +382,8 @@ static int setup(struct dec *d)
 					      "reference data was cut with other chunk sizes than the artifact's");
 	}
 	unsigned t = o->threads ? o->threads : 1;
-	int r = dmar_pool_new(&d->pool, t);
+	/* Parsing is cheap; the workers do all the heavy work. */
+	int r = dmar_pool_new(&d->pool, t > 1 ? t : 0);
 	if (r < 0)
 		return dmar_error_errno(d->err, r, "decoder");
 	d->ring_cap = t > 1 ? t + 2 : 1;

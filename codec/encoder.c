@@ -318,10 +318,14 @@ int dmar_encoder_new(struct dmar_encoder **out, const struct dmar_encoder_opts *
 	e->err = err;
 	e->win_cap = DMAR_BLOCK_TARGET + chk.max;
 	e->max_chunks = dmar_block_max_chunks(&chk);
-	e->ring_cap = o->threads > 1 ? o->threads + 2 : 1;
+	/* The caller thread reads and cuts (about half the work per byte:
+	 * the chunker runs near the speed of SHA-256), so it counts as one
+	 * of the threads: -T2 is the caller plus one hashing worker. */
+	unsigned workers = o->threads > 1 ? o->threads - 1 : 0;
+	e->ring_cap = workers ? workers + 3 : 1;
 	int r = -ENOMEM;
 
-	if (dmar_pool_new(&e->pool, o->threads) < 0)
+	if (dmar_pool_new(&e->pool, workers) < 0)
 		goto fail;
 	e->cctx = calloc(o->threads, sizeof(*e->cctx));
 	e->sctx = calloc(o->threads, sizeof(*e->sctx));

@@ -51,9 +51,7 @@ static void *worker_main(void *arg)
 
 int dmar_pool_new(struct dmar_pool **out, unsigned threads)
 {
-	if (threads == 0)
-		return -EINVAL;
-	unsigned nt = threads > 1 ? threads : 0;
+	unsigned nt = threads;
 	struct dmar_pool *p = calloc(1, sizeof(*p) + nt * sizeof(pthread_t));
 	if (!p)
 		return -ENOMEM;
@@ -90,7 +88,7 @@ void dmar_pool_submit(struct dmar_pool *p, struct dmar_pool_job *job)
 {
 	job->next = NULL;
 	job->done = false;
-	if (p->threads <= 1) {
+	if (p->threads == 0) {
 		job->fn(job, 0);
 		job->done = true;
 		return;
@@ -107,7 +105,7 @@ void dmar_pool_submit(struct dmar_pool *p, struct dmar_pool_job *job)
 
 void dmar_pool_wait(struct dmar_pool *p, struct dmar_pool_job *job)
 {
-	if (p->threads <= 1)
+	if (p->threads == 0)
 		return;
 	pthread_mutex_lock(&p->lock);
 	while (!job->done)

@@ -4,7 +4,7 @@
  * collects in submission order (so output stays in file order while the
  * work runs in parallel).
  *
- * With threads <= 1 there are no threads: dmar_pool_submit runs the job at
+ * With threads == 0 there are no threads: dmar_pool_submit runs the job at
  * once in the caller, so single-threaded runs pay nothing for the pool.
  * Submit and wait must be called from one thread (the owner); job
  * functions run on workers and must only touch their own job.
@@ -17,14 +17,14 @@
 struct dmar_pool;
 
 struct dmar_pool_job {
-	/* Runs on a worker; worker is in [0, threads) and lets a job use
+	/* Runs on a worker; worker is in [0, max(threads, 1)) and lets a job use
 	 * per-worker scratch (compression contexts) without locking. */
 	void (*fn)(struct dmar_pool_job *job, unsigned worker);
 	struct dmar_pool_job *next; /* protected by the pool mutex */
 	bool done;                  /* protected by the pool mutex */
 };
 
-/* threads: 1 = run inline.  Returns 0, -EINVAL (threads == 0) or -ENOMEM/-EAGAIN. */
+/* threads: worker threads, 0 = run jobs inline.  Returns 0 or -ENOMEM/-EAGAIN. */
 int dmar_pool_new(struct dmar_pool **out, unsigned threads);
 unsigned dmar_pool_threads(const struct dmar_pool *p);
 void dmar_pool_submit(struct dmar_pool *p, struct dmar_pool_job *job);
