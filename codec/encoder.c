@@ -15,6 +15,8 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define ZSTD_STATIC_LINKING_ONLY
@@ -27,7 +29,9 @@
 struct block_job {
 	struct dmar_pool_job pj; /* first: the pool hands us this pointer */
 	struct dmar_encoder *e;
-	uint8_t *data;           /* window buffer owned by this job */
+	const uint8_t *src;      /* the block's bytes: in data, or in the caller's mapping */
+	uint8_t *data;           /* window buffer owned by this job, or NULL */
+	uint8_t *scratch;        /* present chunks gathered, when some are absent */
 	size_t logical;          /* bytes of the block in data */
 	uint64_t offset;         /* of the block in the file */
 	unsigned n;
@@ -45,6 +49,7 @@ struct block_job {
 	uint64_t absent_bytes;
 	bool raw;
 	int rc;
+	struct dmar_error err;
 };
 
 struct dmar_encoder {
@@ -69,6 +74,8 @@ struct dmar_encoder {
 	struct dmar_encode_stats st;
 	int rc;                  /* sticky first error */
 	bool finished;
+	void *maps;              /* input mapped by feed_fd, unmapped at free */
+	size_t maps_len;
 };
 
 static int emit(struct dmar_encoder *e, const void *buf, size_t len)
@@ -109,7 +116,7 @@ static void encode_block(struct dmar_pool_job *pj, unsigned worker)
 	j->absent_n = 0;
 	j->absent_bytes = 0;
 	for (unsigned i = 0; i < j->n; i++) {
-		dmar_hash(j->data + off, j->lens[i], &j->ids[i]);
+		dmar_hash(j->src + off, j->lens[i], &j->ids[i]);
 		j->absent[i] = e->o.ref && dmar_refset_has(e->o.ref, &j->ids[i]);
 		if (j->absent[i]) {
 			j->absent_n++;
@@ -120,23 +127,32 @@ static void encode_block(struct dmar_pool_job *pj, unsigned worker)
 	if (e->o.on_chunks)
 		return;
 
-	/* Squeeze out absent chunks: present bytes only move down. */
-	size_t raw_len = 0;
-	off = 0;
-	for (unsigned i = 0; i < j->n; i++) {
-		if (!j->absent[i]) {
-			if (raw_len != off)
-				memmove(j->data + raw_len, j->data + off, j->lens[i]);
-			raw_len += j->lens[i];
+	/* The payload is the present chunks only: gather them when some
+	 * are absent (the source may be a read-only mapping). */
+	const uint8_t *present = j->src;
+	size_t raw_len = j->logical;
+	if (j->absent_n) {
+		if (!j->scratch && !(j->scratch = malloc(e->win_cap))) {
+			j->rc = dmar_error_errno(&j->err, -ENOMEM, "encoder");
+			return;
 		}
-		off += j->lens[i];
+		raw_len = 0;
+		off = 0;
+		for (unsigned i = 0; i < j->n; i++) {
+			if (!j->absent[i]) {
+				memcpy(j->scratch + raw_len, j->src + off, j->lens[i]);
+				raw_len += j->lens[i];
+			}
+			off += j->lens[i];
+		}
+		present = j->scratch;
 	}
 
 	uint8_t enc = DMAR_ENC_RAW;
-	j->payload = j->data;
+	j->payload = present;
 	j->payload_len = raw_len;
-	if (raw_len && e->o.level > 0 && worth_compressing(e->sctx[worker], j->data, raw_len)) {
-		size_t c = ZSTD_compress2(e->cctx[worker], j->zbuf, j->zcap, j->data, raw_len);
+	if (raw_len && e->o.level > 0 && worth_compressing(e->sctx[worker], present, raw_len)) {
+		size_t c = ZSTD_compress2(e->cctx[worker], j->zbuf, j->zcap, present, raw_len);
 		/* Keep zstd only when it saves more than 1/64: decoding raw
 		 * blocks is a memcpy, so a marginal gain is not worth it. */
 		if (!ZSTD_isError(c) && c < raw_len - raw_len / 64) {
@@ -174,7 +190,7 @@ static int collect(struct dmar_encoder *e, struct block_job *j)
 	dmar_pool_wait(e->pool, &j->pj);
 	int r = j->rc;
 	if (r < 0)
-		return r;
+		return dmar_error_set(e->err, r, "%s", j->err.msg);
 
 	e->st.chunks += j->n;
 	e->st.absent_chunks += j->absent_n;
@@ -187,7 +203,7 @@ static int collect(struct dmar_encoder *e, struct block_job *j)
 		dmar_hash_ctx_update(e->recipe, le, 4);
 	}
 	if (e->o.on_chunks) {
-		r = e->o.on_chunks(e->o.on_chunks_ctx, j->offset, j->ids, j->lens, j->data, j->n);
+		r = e->o.on_chunks(e->o.on_chunks_ctx, j->offset, j->ids, j->lens, j->src, j->n);
 		if (r < 0)
 			return dmar_error_errno(e->err, r, "indexing");
 	} else {
@@ -199,7 +215,8 @@ static int collect(struct dmar_encoder *e, struct block_job *j)
 		if (r < 0)
 			return r;
 	}
-	e->spare[e->nspare++] = j->data;
+	if (j->data)
+		e->spare[e->nspare++] = j->data;
 	j->data = NULL;
 	return 0;
 }
@@ -222,6 +239,7 @@ static int cut_blocks(struct dmar_encoder *e, bool eof)
 				return r;
 		}
 		struct block_job *j = &e->ring[(e->ring_head + e->ring_count) % e->ring_cap];
+		j->err.code = 0;
 		size_t pos = 0;
 		unsigned n = 0;
 		/* The window holds target + max bytes, so below the target
@@ -237,6 +255,7 @@ static int cut_blocks(struct dmar_encoder *e, bool eof)
 		uint8_t *next = e->spare[--e->nspare];
 		memcpy(next, e->win + pos, e->win_len - pos);
 		j->data = e->win;
+		j->src = j->data;
 		j->logical = pos;
 		j->offset = e->offset;
 		j->n = n;
@@ -421,9 +440,64 @@ int dmar_encoder_feed(struct dmar_encoder *e, const void *buf, size_t len)
 	return 0;
 }
 
+int dmar_encoder_feed_map(struct dmar_encoder *e, const void *buf, size_t len)
+{
+	if (e->rc < 0)
+		return e->rc;
+	if (e->finished || e->win_len)
+		return -EINVAL;
+	const uint8_t *p = buf;
+	size_t pos = 0;
+	e->st.logical += len;
+	while (pos < len) {
+		if (e->ring_count == e->ring_cap && (e->rc = collect_oldest(e)) < 0)
+			return e->rc;
+		struct block_job *j = &e->ring[(e->ring_head + e->ring_count) % e->ring_cap];
+		size_t start = pos;
+		unsigned n = 0;
+		/* The whole input is here, so every cut is final (eof). */
+		while (pos < len && pos - start < DMAR_BLOCK_TARGET && n < e->max_chunks) {
+			size_t c = dmar_chunker_next(&e->o.chunker, p + pos, len - pos, true);
+			j->lens[n++] = (uint32_t)c;
+			pos += c;
+		}
+		j->err.code = 0;
+		j->data = NULL;
+		j->src = p + start;
+		j->logical = pos - start;
+		j->offset = e->offset;
+		j->n = n;
+		j->rc = 0;
+		e->offset += j->logical;
+		e->ring_count++;
+		dmar_pool_submit(e->pool, &j->pj);
+	}
+	return 0;
+}
+
 int dmar_encoder_feed_fd(struct dmar_encoder *e, int fd, void (*progress)(void *, uint64_t),
 			 void *pctx)
 {
+	/* A regular file is mapped instead of read: the caller thread then
+	 * only cuts, and no byte is copied before it is hashed.  The file is
+	 * taken at its size now; one that shrinks meanwhile is a SIGBUS, as
+	 * with any mapping (docs/dmar.1, CAVEATS). */
+	struct stat st;
+	if (!e->maps && e->win_len == 0 && !e->finished && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+	    st.st_size > 0 && (uint64_t)st.st_size <= SIZE_MAX && lseek(fd, 0, SEEK_CUR) == 0) {
+		size_t len = (size_t)st.st_size;
+		void *m = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
+		if (m != MAP_FAILED) {
+			madvise(m, len, MADV_SEQUENTIAL);
+			e->maps = m;
+			e->maps_len = len;
+			int r = dmar_encoder_feed_map(e, m, len);
+			if (r == 0 && progress)
+				progress(pctx, e->st.logical);
+			return r;
+		}
+	}
+
 	uint64_t last = 0;
 	for (;;) {
 		uint8_t *dst;
@@ -492,10 +566,13 @@ void dmar_encoder_free(struct dmar_encoder *e)
 	for (unsigned k = 0; k < e->ring_count; k++)
 		dmar_pool_wait(e->pool, &e->ring[(e->ring_head + k) % e->ring_cap].pj);
 	dmar_pool_free(e->pool);
+	if (e->maps)
+		munmap(e->maps, e->maps_len);
 	if (e->ring) {
 		for (unsigned i = 0; i < e->ring_cap; i++) {
 			struct block_job *j = &e->ring[i];
 			free(j->data);
+			free(j->scratch);
 			free(j->lens);
 			free(j->ids);
 			free(j->absent);

@@ -79,7 +79,13 @@ int dmar_encoder_commit(struct dmar_encoder *e, size_t n);
 /* Copying convenience over space/commit. */
 int dmar_encoder_feed(struct dmar_encoder *e, const void *buf, size_t len);
 
-/* Read fd to EOF into the encoder.  progress (may be NULL) is called with
+/* Encode len bytes that stay valid and unchanged until the encoder is
+ * freed, without copying them.  Only on an encoder that has been fed
+ * nothing yet; finish follows.  0 or -errno. */
+int dmar_encoder_feed_map(struct dmar_encoder *e, const void *buf, size_t len);
+
+/* Read fd to EOF into the encoder (a regular file at offset 0 is mapped,
+ * through feed_map).  progress (may be NULL) is called with
  * the running input byte count every few MiB. */
 int dmar_encoder_feed_fd(struct dmar_encoder *e, int fd, void (*progress)(void *, uint64_t),
 			 void *pctx);
