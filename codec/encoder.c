@@ -76,6 +76,7 @@ struct dmar_encoder {
 	bool finished;
 	void *maps;              /* input mapped by feed_fd, unmapped at free */
 	size_t maps_len;
+	size_t maps_dropped;     /* bytes at the start of maps already dropped */
 };
 
 static int emit(struct dmar_encoder *e, const void *buf, size_t len)
@@ -184,6 +185,20 @@ static void encode_block(struct dmar_pool_job *pj, unsigned worker)
 	j->rc = 0;
 }
 
+/* Unmap the pages of blocks already written: the page cache keeps them,
+ * but they no longer count in our RSS, which stays bounded by the blocks
+ * in flight however large the mapped file is. */
+static void drop_mapped(struct dmar_encoder *e, const uint8_t *upto)
+{
+	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+	uintptr_t base = (uintptr_t)e->maps;
+	uintptr_t end = ((uintptr_t)upto - base) & ~(page - 1);
+	if (end > e->maps_dropped) {
+		madvise((void *)(base + e->maps_dropped), end - e->maps_dropped, MADV_DONTNEED);
+		e->maps_dropped = end;
+	}
+}
+
 /* Write out a finished block and fold it into the running hashes. */
 static int collect(struct dmar_encoder *e, struct block_job *j)
 {
@@ -217,6 +232,8 @@ static int collect(struct dmar_encoder *e, struct block_job *j)
 	}
 	if (j->data)
 		e->spare[e->nspare++] = j->data;
+	else if (e->maps)
+		drop_mapped(e, j->src + j->logical);
 	j->data = NULL;
 	return 0;
 }
