@@ -13,9 +13,12 @@
 #include "hash.h"
 
 /* Logical bytes the encoder puts in one block before it cuts the next.
- * 2 MiB: large enough that zstd sees as much context as `zstd -3` (2 MiB
- * window) would, small enough that threads get many blocks per file and a
- * decoder holds only a few MiB. */
+ * 4 MiB: blocks are compressed independently (so both cores can work on
+ * one file and a decoder can check each before writing it), and each
+ * block start costs zstd its history.  On a tar of /usr/include, 2 MiB
+ * blocks came to 1.17x the size of `zstd -3` on the whole stream, 4 MiB to
+ * 1.07x (1.02x on /usr/include + /usr/share/doc).  A decoder still holds
+ * only a few blocks. */
 #define DMAR_BLOCK_TARGET (4u << 20)
 
 /* The most chunks an encoder can put in a block for this chunker. */

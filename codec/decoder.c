@@ -75,12 +75,14 @@ struct dec {
 	void *rctx;
 	struct dmar_header_info h;
 	struct dmar_pool *pool;
-	ZSTD_DCtx **dctx;
+	ZSTD_DCtx **dctx;        /* one per worker, no dictionary */
+	ZSTD_DCtx **dctx_pack;   /* one per worker, with the byte pack */
 	struct dec_job *ring;
 	unsigned ring_cap, ring_head, ring_count;
 	struct dmar_hash_ctx *recipe, *endck;
 	struct dmar_decode_stats st;
 	struct dmar_error *err;
+	bool lens_unknown;       /* info mode met runs it cannot resolve */
 };
 
 static ssize_t read_full(struct dec *d, void *buf, size_t len)
@@ -119,16 +121,35 @@ static void decode_block(struct dmar_pool_job *pj, unsigned worker)
 	j->rc = 0;
 	if (j->enc != DMAR_ENC_RAW) {
 		uint8_t *dst = j->absent_n ? j->raw.p : j->out.p;
-		size_t r = ZSTD_decompressDCtx(d->dctx[worker], dst, j->raw_len, j->payload.p, j->stored_len);
+		/* Frame header descriptor: bit 2 content checksum, bits 0-1
+		 * dictionary id size; the format allows neither. */
+		if (j->payload.p[0] & 0x07) {
+			j->rc = dmar_error_set(&j->err, -EBADMSG,
+					       "block %" PRIu64 ": zstd frame has a checksum or dictionary id", j->index);
+			return;
+		}
+		/* One frame, decoded straight into dst: decompressStream stops
+		 * at the end of the first frame, so trailing bytes show. */
+		ZSTD_DCtx *dc = j->enc == DMAR_ENC_ZSTD_PACK ? d->dctx_pack[worker] : d->dctx[worker];
+		ZSTD_DCtx_reset(dc, ZSTD_reset_session_only);
+		ZSTD_inBuffer in = { j->payload.p, j->stored_len, 0 };
+		ZSTD_outBuffer out = { dst, j->raw_len, 0 };
+		size_t r = ZSTD_decompressStream(dc, &out, &in);
 		if (ZSTD_isError(r)) {
 			j->rc = dmar_error_set(&j->err, -EBADMSG, "block %" PRIu64 ": zstd: %s", j->index,
 					       ZSTD_getErrorName(r));
 			return;
 		}
-		if (r != j->raw_len) {
+		if (r != 0 || out.pos != j->raw_len) {
 			j->rc = dmar_error_set(&j->err, -EBADMSG,
-					       "block %" PRIu64 ": payload decoded to %zu bytes, expected %u",
-					       j->index, r, j->raw_len);
+					       "block %" PRIu64 ": payload decodes to %s%zu bytes, expected %u", j->index,
+					       r != 0 ? "more than " : "", out.pos, j->raw_len);
+			return;
+		}
+		if (in.pos != j->stored_len) {
+			j->rc = dmar_error_set(&j->err, -EBADMSG,
+					       "block %" PRIu64 ": %zu bytes after the zstd frame", j->index,
+					       j->stored_len - in.pos);
 			return;
 		}
 		present = dst;
@@ -285,31 +306,79 @@ static int parse_block(struct dec *d, struct dec_job *j)
 	size_t tl = 0;
 	uint64_t present = 0, logical = 0;
 	j->absent_n = 0;
-	for (unsigned i = 0; i < j->n; i++) {
+	for (unsigned i = 0; i < j->n;) {
+		uint64_t ci = j->first_chunk + i;
 		uint8_t *e = j->table.p + tl;
 		r = read_exact(d, e, 4, "chunk table of block", bi);
 		if (r < 0)
 			return r;
 		tl += 4;
 		uint32_t w = dmar_get_le32(e);
-		uint32_t len = w & DMAR_CHUNK_LEN_MASK;
-		if (len < 1 || len > d->h.chunker.max)
-			return dmar_error_set(d->err, -EBADMSG,
-					      "block %" PRIu64 ": chunk %" PRIu64 " length %u out of range (1..%u)", bi,
-					      j->first_chunk + i, len, d->h.chunker.max);
-		j->lens[i] = len;
-		j->absent[i] = (w & DMAR_CHUNK_ABSENT) != 0;
-		if (j->absent[i]) {
-			r = read_exact(d, j->table.p + tl, DMAR_HASH_SIZE, "chunk table of block", bi);
-			if (r < 0)
-				return r;
-			memcpy(j->ids[i].b, j->table.p + tl, DMAR_HASH_SIZE);
-			tl += DMAR_HASH_SIZE;
-			j->absent_n++;
-		} else {
-			present += len;
+		uint32_t v = w & DMAR_CHUNK_VALUE_MASK;
+		if ((w & DMAR_CHUNK_RUN) && !(w & DMAR_CHUNK_ABSENT))
+			return dmar_error_set(d->err, -EBADMSG, "block %" PRIu64 ": chunk %" PRIu64 ": run flag without absent flag",
+					      bi, ci);
+		if (!(w & DMAR_CHUNK_ABSENT)) {
+			if (v < 1 || v > d->h.chunker.max)
+				return dmar_error_set(d->err, -EBADMSG,
+						      "block %" PRIu64 ": chunk %" PRIu64 " length %u out of range (1..%u)", bi,
+						      ci, v, d->h.chunker.max);
+			j->lens[i] = v;
+			j->absent[i] = 0;
+			present += v;
+			logical += v;
+			i++;
+			continue;
 		}
-		logical += len;
+		r = read_exact(d, j->table.p + tl, DMAR_HASH_SIZE, "chunk table of block", bi);
+		if (r < 0)
+			return r;
+		struct dmar_id first;
+		memcpy(first.b, j->table.p + tl, DMAR_HASH_SIZE);
+		tl += DMAR_HASH_SIZE;
+		uint32_t count = (w & DMAR_CHUNK_RUN) ? v : 1;
+		if (count < 1 || count > j->n - i)
+			return dmar_error_set(d->err, -EBADMSG, "block %" PRIu64 ": run of %u chunks at chunk %" PRIu64 " overruns the block's %u",
+					      bi, count, ci, j->n);
+		if (!(w & DMAR_CHUNK_RUN) && (v < 1 || v > d->h.chunker.max))
+			return dmar_error_set(d->err, -EBADMSG,
+					      "block %" PRIu64 ": chunk %" PRIu64 " length %u out of range (1..%u)", bi, ci, v,
+					      d->h.chunker.max);
+		if (!(d->h.flags & DMAR_HDR_THIN))
+			return dmar_error_set(d->err, -EBADMSG,
+					      "block %" PRIu64 ": chunk %" PRIu64 " is absent but the header does not say thin", bi, ci);
+		char hex[DMAR_HASH_HEX_SIZE];
+		dmar_hex(first.b, DMAR_HASH_SIZE, hex);
+		if (!d->o->ref && !d->o->info_only)
+			return dmar_error_set(d->err, -ENOENT,
+					      "chunk %" PRIu64 " is absent (thin artifact) and no reference data was given (--ref)", ci);
+		int64_t k = d->o->ref ? dmar_refset_find(d->o->ref, &first) : -1;
+		if (d->o->ref && k < 0)
+			return dmar_error_set(d->err, -ENOENT, "reference data missing chunk %" PRIu64 " (id %s)", ci, hex);
+		for (uint32_t m = 0; m < count; m++) {
+			j->absent[i + m] = 1;
+			if (k < 0) {
+				/* Info without reference data: lengths unknown. */
+				j->lens[i + m] = 0;
+				d->lens_unknown = true;
+				continue;
+			}
+			uint32_t len;
+			if (dmar_refset_at(d->o->ref, (uint64_t)k + m, (uint64_t)k, &j->ids[i + m], &len) < 0)
+				return dmar_error_set(d->err, -ENOENT,
+						      "reference data ends inside a run of %u chunks starting at chunk %" PRIu64 " (id %s)",
+						      count, ci, hex);
+			if (!(w & DMAR_CHUNK_RUN) && len != v)
+				return dmar_error_set(d->err, -ENOENT,
+						      "reference data has chunk %" PRIu64 " (id %s) with length %u, not %u", ci,
+						      hex, len, v);
+			j->lens[i + m] = len;
+			logical += len;
+		}
+		if (k < 0)
+			memcpy(j->ids[i].b, first.b, DMAR_HASH_SIZE);
+		j->absent_n += count;
+		i += count;
 	}
 	j->table_len = tl;
 	if (present != j->raw_len)
@@ -339,6 +408,12 @@ static int parse_end(struct dec *d, bool verify)
 		if (e[i])
 			return dmar_error_set(d->err, -EBADMSG, "end record: reserved bytes not zero");
 	uint64_t size = dmar_get_le64(e + 8), chunks = dmar_get_le64(e + 16);
+	if (d->lens_unknown && size >= d->st.logical) {
+		/* Info mode: what the runs hold is what the end record says is
+		 * missing from the sum. */
+		d->st.absent_bytes += size - d->st.logical;
+		d->st.logical = size;
+	}
 	if (size != d->st.logical)
 		return dmar_error_set(d->err, -EBADMSG,
 				      "end record: size %" PRIu64 " but the blocks hold %" PRIu64 " bytes", size,
@@ -388,19 +463,25 @@ static int setup(struct dec *d)
 		return dmar_error_errno(d->err, r, "decoder");
 	d->ring_cap = t > 1 ? t + 2 : 1;
 	d->dctx = calloc(t, sizeof(*d->dctx));
+	d->dctx_pack = calloc(t, sizeof(*d->dctx_pack));
 	d->ring = calloc(d->ring_cap, sizeof(*d->ring));
-	if (!d->dctx || !d->ring)
+	if (!d->dctx || !d->dctx_pack || !d->ring)
 		return dmar_error_errno(d->err, -ENOMEM, "decoder");
+	bool use_pack = (d->h.flags & DMAR_HDR_PACK) && !o->info_only;
 	for (unsigned i = 0; i < t; i++) {
-		ZSTD_DCtx *c = d->dctx[i] = ZSTD_createDCtx();
-		if (!c)
-			return dmar_error_errno(d->err, -ENOMEM, "decoder");
-		ZSTD_DCtx_setParameter(c, ZSTD_d_format, ZSTD_f_zstd1_magicless);
-		ZSTD_DCtx_setParameter(c, ZSTD_d_windowLogMax, DEC_WINDOW_LOG_MAX);
-		if (o->pack && !o->info_only) {
-			const ZSTD_DDict *dd = (const ZSTD_DDict *)dmar_bytepack_ddict(o->pack);
-			if (!dd || ZSTD_isError(ZSTD_DCtx_refDDict(c, dd)))
+		for (int k = 0; k < 1 + use_pack; k++) {
+			ZSTD_DCtx *c = ZSTD_createDCtx();
+			if (!c)
 				return dmar_error_errno(d->err, -ENOMEM, "decoder");
+			*(k ? &d->dctx_pack[i] : &d->dctx[i]) = c;
+			ZSTD_DCtx_setParameter(c, ZSTD_d_format, ZSTD_f_zstd1_magicless);
+			ZSTD_DCtx_setParameter(c, ZSTD_d_windowLogMax, DEC_WINDOW_LOG_MAX);
+			ZSTD_DCtx_setParameter(c, ZSTD_d_stableOutBuffer, 1);
+			if (k) {
+				const ZSTD_DDict *dd = (const ZSTD_DDict *)dmar_bytepack_ddict(o->pack);
+				if (!dd || ZSTD_isError(ZSTD_DCtx_refDDict(c, dd)))
+					return dmar_error_errno(d->err, -ENOMEM, "decoder");
+			}
 		}
 	}
 	unsigned mc = DMAR_BLOCK_MAX_CHUNKS;
@@ -423,9 +504,14 @@ static void teardown(struct dec *d)
 		dmar_pool_wait(d->pool, &d->ring[(d->ring_head + k) % d->ring_cap].pj);
 	dmar_pool_free(d->pool);
 	unsigned t = d->o->threads ? d->o->threads : 1;
-	for (unsigned i = 0; d->dctx && i < t; i++)
-		ZSTD_freeDCtx(d->dctx[i]);
+	for (unsigned i = 0; i < t; i++) {
+		if (d->dctx)
+			ZSTD_freeDCtx(d->dctx[i]);
+		if (d->dctx_pack)
+			ZSTD_freeDCtx(d->dctx_pack[i]);
+	}
 	free(d->dctx);
+	free(d->dctx_pack);
 	for (unsigned i = 0; d->ring && i < d->ring_cap; i++) {
 		struct dec_job *j = &d->ring[i];
 		free(j->table.p);

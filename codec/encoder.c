@@ -171,13 +171,30 @@ static void encode_block(struct dmar_pool_job *pj, unsigned worker)
 	dmar_put_le32(r + 4, (uint32_t)raw_len);
 	dmar_put_le32(r + 8, (uint32_t)j->payload_len);
 	uint8_t *t = r + DMAR_BLOCK_HDR_SIZE;
-	for (unsigned i = 0; i < j->n; i++) {
-		dmar_put_le32(t, j->lens[i] | (j->absent[i] ? DMAR_CHUNK_ABSENT : 0));
-		t += 4;
-		if (j->absent[i]) {
-			memcpy(t, j->ids[i].b, DMAR_HASH_SIZE);
-			t += DMAR_HASH_SIZE;
+	for (unsigned i = 0; i < j->n;) {
+		if (!j->absent[i]) {
+			dmar_put_le32(t, j->lens[i]);
+			t += 4;
+			i++;
+			continue;
 		}
+		/* Absent chunks that follow each other in the base as they do
+		 * here become one run: 36 bytes for what may be a whole block,
+		 * so a thin artifact of a huge, barely changed file stays small. */
+		unsigned m = 1;
+		int64_t k = dmar_refset_find(e->o.ref, &j->ids[i]);
+		while (k >= 0 && i + m < j->n && j->absent[i + m]) {
+			struct dmar_id id;
+			uint32_t len;
+			if (dmar_refset_at(e->o.ref, (uint64_t)k + m, (uint64_t)k, &id, &len) < 0 ||
+			    len != j->lens[i + m] || memcmp(id.b, j->ids[i + m].b, DMAR_HASH_SIZE))
+				break;
+			m++;
+		}
+		dmar_put_le32(t, m > 1 ? DMAR_CHUNK_ABSENT | DMAR_CHUNK_RUN | m : DMAR_CHUNK_ABSENT | j->lens[i]);
+		memcpy(t + 4, j->ids[i].b, DMAR_HASH_SIZE);
+		t += 4 + DMAR_HASH_SIZE;
+		i += m;
 	}
 	j->rec_len = (size_t)(t - r);
 	dmar_block_check(r, r + DMAR_BLOCK_HDR_SIZE, j->rec_len - DMAR_BLOCK_HDR_SIZE, j->ids, j->n,

@@ -37,9 +37,19 @@
  *    12   8  check: first 8 bytes of SHA-256 over bytes 0..11 of this
  *            record, the chunk table as stored, then the 32-byte id of every
  *            chunk in order (recomputed from the data for present chunks)
- *    20      chunk table: n entries of u32 (bit 31 ABSENT, bits 0..30 the
- *            chunk length); an ABSENT entry is followed by the chunk's
- *            32-byte SHA-256 id, and its bytes come from reference data
+ *    20      chunk table, describing the n chunks in order.  Each entry
+ *            starts with a u32: bit 31 ABSENT, bit 30 RUN, bits 0..29 a
+ *            value.
+ *              neither bit: one present chunk; value = its length.
+ *              ABSENT:      one chunk held by the reference data; value =
+ *                           its length; the chunk's 32-byte id follows.
+ *              ABSENT|RUN:  value (>= 1) chunks held by the reference
+ *                           data: the chunk whose 32-byte id follows and
+ *                           the value - 1 chunks after it in the reference
+ *                           data's chunk order (its first occurrence, in
+ *                           the same base file); their lengths and ids are
+ *                           the reference data's.
+ *            RUN without ABSENT is invalid.
  *            payload: stored_len bytes.  raw: the present chunks' bytes
  *            (stored_len == raw_len).  zstd: one magicless zstd frame
  *            without checksum or dictionary id that decodes to exactly
@@ -83,7 +93,8 @@
 #define DMAR_ENC_ZSTD_PACK 2
 
 #define DMAR_CHUNK_ABSENT 0x80000000u
-#define DMAR_CHUNK_LEN_MASK 0x7fffffffu
+#define DMAR_CHUNK_RUN 0x40000000u
+#define DMAR_CHUNK_VALUE_MASK 0x3fffffffu
 
 /* Limits a decoder enforces before it allocates anything.  A block holds at
  * most DMAR_BLOCK_MAX_RAW decoded bytes, so no artifact can make a decoder

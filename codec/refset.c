@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * An open-addressing hash table keyed by chunk id.  Ids are SHA-256
- * outputs, so their first 8 bytes are already a uniform hash.
+ * The chunks of the bases in order, and an open-addressing hash table of
+ * indices into them keyed by chunk id.  Ids are SHA-256 outputs, so their
+ * first 8 bytes are already a uniform hash.
  */
 #include "config.h"
 
@@ -15,10 +16,12 @@
 #include "encoder.h"
 #include "refset.h"
 
-struct ref_entry {
+/* Every chunk of every base, in file order: runs of absent chunks are
+ * "the chunks that follow this one in the base". */
+struct ref_chunk {
 	struct dmar_id id;
 	uint64_t offset;
-	uint32_t len;    /* 0: empty slot */
+	uint32_t len;
 	uint32_t source;
 };
 
@@ -29,7 +32,9 @@ struct ref_source {
 
 struct dmar_refset {
 	struct dmar_chunker ck;
-	struct ref_entry *tab;
+	struct ref_chunk *chunks;  /* in order */
+	uint64_t nchunks, chunks_cap;
+	uint64_t *tab;        /* index + 1 into chunks of an id's first occurrence; 0 empty */
 	size_t cap, used;     /* cap is a power of two */
 	struct ref_source *src;
 	unsigned nsrc;
@@ -57,34 +62,35 @@ static size_t slot_of(const struct dmar_id *id, size_t cap)
 	return (size_t)dmar_get_le64(id->b) & (cap - 1);
 }
 
-static const struct ref_entry *find(const struct dmar_refset *rs, const struct dmar_id *id)
+/* Index into chunks of the first chunk with this id, or -1. */
+static int64_t find(const struct dmar_refset *rs, const struct dmar_id *id)
 {
 	for (size_t i = slot_of(id, rs->cap);; i = (i + 1) & (rs->cap - 1)) {
-		const struct ref_entry *e = &rs->tab[i];
-		if (!e->len)
-			return NULL;
-		if (!memcmp(e->id.b, id->b, DMAR_HASH_SIZE))
-			return e;
+		uint64_t v = rs->tab[i];
+		if (!v)
+			return -1;
+		if (!memcmp(rs->chunks[v - 1].id.b, id->b, DMAR_HASH_SIZE))
+			return (int64_t)(v - 1);
 	}
 }
 
-static void put(struct ref_entry *tab, size_t cap, const struct ref_entry *n)
+static void put(const struct ref_chunk *chunks, uint64_t *tab, size_t cap, uint64_t idx)
 {
-	size_t i = slot_of(&n->id, cap);
-	while (tab[i].len)
+	size_t i = slot_of(&chunks[idx].id, cap);
+	while (tab[i])
 		i = (i + 1) & (cap - 1);
-	tab[i] = *n;
+	tab[i] = idx + 1;
 }
 
 static int grow(struct dmar_refset *rs)
 {
 	size_t cap = rs->cap * 2;
-	struct ref_entry *t = calloc(cap, sizeof(*t));
+	uint64_t *t = calloc(cap, sizeof(*t));
 	if (!t)
 		return -ENOMEM;
 	for (size_t i = 0; i < rs->cap; i++)
-		if (rs->tab[i].len)
-			put(t, cap, &rs->tab[i]);
+		if (rs->tab[i])
+			put(rs->chunks, t, cap, rs->tab[i] - 1);
 	free(rs->tab);
 	rs->tab = t;
 	rs->cap = cap;
@@ -101,15 +107,26 @@ static int add_chunks(void *ctx, uint64_t offset, const struct dmar_id *ids, con
 {
 	struct add_ctx *a = ctx;
 	struct dmar_refset *rs = a->rs;
+	if (rs->nchunks + n > rs->chunks_cap) {
+		uint64_t c = rs->chunks_cap ? rs->chunks_cap * 2 : 4096;
+		while (c < rs->nchunks + n)
+			c *= 2;
+		struct ref_chunk *nc = realloc(rs->chunks, c * sizeof(*nc));
+		if (!nc)
+			return -ENOMEM;
+		rs->chunks = nc;
+		rs->chunks_cap = c;
+	}
 	for (unsigned i = 0; i < n; i++) {
-		if (!find(rs, &ids[i])) {
+		uint64_t idx = rs->nchunks++;
+		rs->chunks[idx] = (struct ref_chunk){ ids[i], offset, lens[i], a->source };
+		if (find(rs, &ids[i]) < 0) {
 			if ((rs->used + 1) * 2 > rs->cap) {
 				int r = grow(rs);
 				if (r < 0)
 					return r;
 			}
-			struct ref_entry e = { ids[i], offset, lens[i], a->source };
-			put(rs->tab, rs->cap, &e);
+			put(rs->chunks, rs->tab, rs->cap, idx);
 			rs->used++;
 		}
 		offset += lens[i];
@@ -171,15 +188,31 @@ int dmar_refset_add_mem(struct dmar_refset *rs, const void *buf, size_t len, uns
 
 bool dmar_refset_has(const struct dmar_refset *rs, const struct dmar_id *id)
 {
-	return find(rs, id) != NULL;
+	return find(rs, id) >= 0;
+}
+
+int64_t dmar_refset_find(const struct dmar_refset *rs, const struct dmar_id *id)
+{
+	return find(rs, id);
+}
+
+int dmar_refset_at(const struct dmar_refset *rs, uint64_t index, uint64_t first,
+		   struct dmar_id *id, uint32_t *len)
+{
+	if (index >= rs->nchunks || rs->chunks[index].source != rs->chunks[first].source)
+		return -ENOENT;
+	*id = rs->chunks[index].id;
+	*len = rs->chunks[index].len;
+	return 0;
 }
 
 int dmar_refset_read(const struct dmar_refset *rs, const struct dmar_id *id, uint32_t len,
 		     uint8_t *dst)
 {
-	const struct ref_entry *e = find(rs, id);
-	if (!e || e->len != len)
+	int64_t k = find(rs, id);
+	if (k < 0 || rs->chunks[k].len != len)
 		return -ENOENT;
+	const struct ref_chunk *e = &rs->chunks[k];
 	const struct ref_source *s = &rs->src[e->source];
 	if (s->fd < 0) {
 		memcpy(dst, s->mem + e->offset, len);
@@ -226,6 +259,7 @@ void dmar_refset_free(struct dmar_refset *rs)
 		if (rs->src[i].fd >= 0)
 			close(rs->src[i].fd);
 	free(rs->src);
+	free(rs->chunks);
 	free(rs->tab);
 	free(rs);
 }

@@ -8,8 +8,9 @@
  * back from the same base files.  Both sides must cut the bases with the
  * artifact's chunk sizes, so a set is built for one chunker.
  *
- * The index costs ~48 bytes per chunk of base data (1.5 MiB per GiB at the
- * default sizes); the base bytes themselves are read on demand with pread,
+ * The index costs ~64 bytes per chunk of base data plus a hash table of
+ * 8-byte slots kept under half full: 80-100 bytes per chunk, ~3 MiB per
+ * GiB of base at the default sizes; the base bytes themselves are read on demand with pread,
  * and every chunk read back is hashed again, so a base that changed after
  * indexing is reported, never used.
  *
@@ -40,6 +41,15 @@ int dmar_refset_add_mem(struct dmar_refset *rs, const void *buf, size_t len, uns
 			struct dmar_error *err);
 
 bool dmar_refset_has(const struct dmar_refset *rs, const struct dmar_id *id);
+
+/* Position of the first chunk with this id in the bases' chunk order
+ * (all bases' chunks, in the order they were added), or -1. */
+int64_t dmar_refset_find(const struct dmar_refset *rs, const struct dmar_id *id);
+
+/* The chunk at position index, if it lies in the same base as position
+ * first (runs never cross from one base into the next): 0 or -ENOENT. */
+int dmar_refset_at(const struct dmar_refset *rs, uint64_t index, uint64_t first,
+		   struct dmar_id *id, uint32_t *len);
 
 /*
  * Copy the chunk with this id and length into dst.  Returns 0, -ENOENT (not

@@ -85,7 +85,8 @@ static const char mine_help[] =
 	"  -o, --output PACK     write the pack to PACK (required)\n"
 	"  -f, --force           overwrite an existing PACK\n"
 	"      --maxdict SIZE    largest pack dictionary (default 256k)\n"
-	"      --budget SIZE     most sample bytes to read (default 128m)\n"
+	"      --budget SIZE     most sample bytes to read (default 128m); larger\n"
+	"                        inputs are sampled evenly across all of them\n"
 	"  -p, --pid PID         sample the memory of process PID\n"
 	"  -T, --threads N       threads for the parameter search\n"
 	"  -q, --quiet / -v, --verbose / -h, --help\n";
@@ -118,8 +119,29 @@ static int usage_error(const char *fmt, const char *arg)
 	if (cli_cmd)
 		fprintf(stderr, "%s: ", cli_cmd);
 	fprintf(stderr, fmt, arg);
-	fprintf(stderr, "\nTry 'dmar %s--help'.\n", cli_cmd ? "COMMAND " : "");
+	fprintf(stderr, "\nTry 'dmar %s%s--help'.\n", cli_cmd ? cli_cmd : "", cli_cmd ? " " : "");
 	return EXIT_USAGE;
+}
+
+/* Does this argument leave its option's value to the next argument
+ * ("-o FILE", "-qo FILE", "--ref FILE")?  Then that value is not a -#. */
+static bool takes_next_arg(const char *a)
+{
+	static const char *const longs[] = { "--output", "--pack", "--ref", "--level", "--threads",
+					     "--pid", "--chunk-size", "--chunk-min", "--chunk-max",
+					     "--maxdict", "--budget" };
+	if (a[0] != '-' || !a[1])
+		return false;
+	if (a[1] == '-') {
+		for (size_t i = 0; i < sizeof(longs) / sizeof(longs[0]); i++)
+			if (!strcmp(a, longs[i]))
+				return true;
+		return false;
+	}
+	for (const char *c = a + 1; *c; c++)
+		if (strchr("oDrLTp", *c))
+			return c[1] == '\0';
+	return false;
 }
 
 /* Returns -1 to go on, or an exit status. */
@@ -154,8 +176,16 @@ static int parse_opts(int argc, char **argv, struct cmd_opts *o, const char *hel
 	int w = 1;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
-		if (!strcmp(a, "--"))
+		if (!strcmp(a, "--")) {
+			while (i < argc)
+				argv[w++] = argv[i++];
 			break;
+		}
+		if (takes_next_arg(a) && i + 1 < argc) {
+			argv[w++] = argv[i++];
+			argv[w++] = argv[i];
+			continue;
+		}
 		if (a[0] == '-' && a[1] >= '0' && a[1] <= '9' && strspn(a + 1, "0123456789") == strlen(a + 1)) {
 			long lv = strtol(a + 1, NULL, 10);
 			if (lv > 19)

@@ -147,13 +147,25 @@ int mine_from_paths(struct cli_samples *s, char **paths, int n, size_t budget)
 	int r = 0;
 	for (int i = 0; i < n && r == 0; i++)
 		r = walk(&l, paths[i], 0);
+	/* Each file earns budget credit in proportion to its size and spends
+	 * it on whole files or pieces, so the total stays within the budget
+	 * even for many files smaller than a piece. */
+	double credit = 0;
 	for (size_t i = 0; i < l.n && r == 0; i++) {
+		uint64_t size = l.sizes[i], keep;
+		if (l.total <= budget) {
+			keep = size;
+		} else {
+			credit += (double)size * budget / l.total;
+			keep = size <= credit ? size : (uint64_t)(credit / SAMPLE_PIECE) * SAMPLE_PIECE;
+			if (keep == 0)
+				continue;
+			credit -= (double)keep;
+		}
 		int fd = open(l.paths[i], O_RDONLY | O_CLOEXEC);
 		if (fd < 0)
 			continue;
-		uint64_t keep = l.total <= budget ? l.sizes[i]
-						  : (uint64_t)((double)l.sizes[i] * budget / l.total);
-		r = sample_fd(s, fd, 0, l.sizes[i], keep);
+		r = sample_fd(s, fd, 0, size, keep);
 		close(fd);
 	}
 	for (size_t i = 0; i < l.n; i++)
