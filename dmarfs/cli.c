@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +16,34 @@
 
 const char *cli_cmd = NULL;
 int cli_verbosity = 1;
+
+/* The temp file of the output being written, removed if a signal ends us
+ * first: an interrupted pack or unpack must leave nothing behind. */
+static char *volatile pending_tmp;
+
+static void on_fatal_signal(int sig)
+{
+	char *t = pending_tmp;
+	if (t)
+		unlink(t);
+	signal(sig, SIG_DFL);
+	raise(sig);
+}
+
+static void watch_signals(void)
+{
+	static bool done;
+	if (done)
+		return;
+	done = true;
+	struct sigaction sa;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_fatal_signal;
+	sigemptyset(&sa.sa_mask);
+	int sigs[] = { SIGINT, SIGTERM, SIGHUP, SIGPIPE, SIGQUIT };
+	for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++)
+		sigaction(sigs[i], &sa, NULL);
+}
 
 void cli_err(const char *fmt, ...)
 {
@@ -125,7 +154,10 @@ int cli_out_open(struct cli_out *o, const char *path, bool force)
 	const char *slash = strrchr(path, '/');
 	size_t dirlen = slash ? (size_t)(slash - path + 1) : 0;
 	snprintf(o->tmp, n + 16, "%.*s.%s.XXXXXX", (int)dirlen, path, path + dirlen);
+	watch_signals();
 	o->fd = mkostemp(o->tmp, O_CLOEXEC);
+	if (o->fd >= 0)
+		pending_tmp = o->tmp;
 	if (o->fd < 0) {
 		int r = -errno;
 		free(o->path);
@@ -183,6 +215,7 @@ int cli_out_commit(struct cli_out *o, const struct dmar_meta *meta)
 		r = -errno;
 	if (r)
 		unlink(o->tmp);
+	pending_tmp = NULL;
 	free(o->path);
 	free(o->tmp);
 	o->path = o->tmp = NULL;
@@ -196,6 +229,7 @@ void cli_out_abort(struct cli_out *o)
 	if (o->fd >= 0)
 		close(o->fd);
 	unlink(o->tmp);
+	pending_tmp = NULL;
 	free(o->path);
 	free(o->tmp);
 	o->path = o->tmp = NULL;

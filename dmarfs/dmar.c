@@ -248,6 +248,8 @@ static int parse_opts(int argc, char **argv, struct cmd_opts *o, const char *hel
 			return usage_error("unknown option '%s'", argv[optind - 1]);
 		}
 	}
+	if (o->to_stdout && o->output)
+		return usage_error("-c and -o %s exclude each other", o->output);
 	return -1;
 }
 
@@ -462,9 +464,9 @@ static int cmd_unpack(int argc, char **argv)
 	if (r >= 0)
 		return r;
 	argc = o.argc;
-	if (argc - optind != 1)
-		return usage_error("unpack takes one FILE.dmar%s", "");
-	const char *in = argv[optind];
+	if (argc - optind > 1)
+		return usage_error("unpack takes one FILE.dmar (got %s more)", argv[optind + 1]);
+	const char *in = optind < argc ? argv[optind] : "-";
 	bool from_stdin = !strcmp(in, "-");
 	char *outname = NULL;
 	bool to_stdout = !o.test && (o.to_stdout || (!o.output && from_stdin));

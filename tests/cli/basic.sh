@@ -9,7 +9,7 @@
 . "${top_srcdir:-$(dirname "$0")/../..}/tests/cli/lib.sh"
 setup
 trap cleanup EXIT
-cd "$T" || exit 1
+cd "$W" || exit 1
 
 # --- help and version -------------------------------------------------------
 expect_exit 0 "$DMAR" --help
@@ -28,9 +28,9 @@ if [ -z "$version" ] && [ -f "$top_srcdir/configure.ac" ]; then
 fi
 [ -n "$version" ] || fail "cannot find the package version in config.h or configure.ac"
 expect_exit 0 "$DMAR" --version
-check "--version prints exactly 'dmar (dmarfs) $version'"
-[ "$(cat "$(stdout_file)")" = "dmar (dmarfs) $version" ] ||
-	fail "--version printed '$(cat "$(stdout_file)")'"
+check "--version: first line is exactly 'dmar (dmarfs) $version'"
+[ "$(head -n 1 "$(stdout_file)")" = "dmar (dmarfs) $version" ] ||
+	fail "--version printed '$(head -n 1 "$(stdout_file)")'"
 expect_stderr_empty "(--version)"
 
 for cmd in pack unpack mine info; do
@@ -57,8 +57,9 @@ for cmd in pack unpack mine info; do
 	expect_stdout_empty "($cmd with an unknown option)"
 done
 
-# Bad option values are usage errors too (levels are 1..19, -T a number).
-for bad in "-L 20" "-L 0x" "-L abc" "-T abc" "-T -1"; do
+# Bad option values are usage errors too (-# is 1..19, -L 0..22 as the
+# help says, -T a number).
+for bad in "-20" "-L 23" "-L 0x" "-L abc" "-L -1" "-T abc" "-T -1"; do
 	# shellcheck disable=SC2086
 	expect_exit 2 "$DMAR" pack $bad -o bad.dmar small
 	expect_stderr_nonempty

@@ -48,8 +48,8 @@ need() {
 	command -v "$1" >/dev/null 2>&1 || skip "prerequisite '$1' not found in PATH"
 }
 
-# setup: check the binary and make this test's temp dir $T.  The test then
-# sets `trap cleanup EXIT` itself.
+# setup: check the binary and make this test's temp dir $T (with the work
+# dir $W).  The test then sets `trap cleanup EXIT` itself.
 CLEANUP_PIDS=""
 setup() {
 	[ -x "$DMAR" ] || fail "dmar binary not found or not executable: $DMAR (build it first)"
@@ -57,6 +57,10 @@ setup() {
 	need cmp
 	need stat
 	T=$(mktemp -d "${TMPDIR:-/tmp}/dmar-$TEST_NAME.XXXXXX")
+	# $T holds the captured output of run; $W is the tests' working dir, so
+	# a listing of it shows only what dmar and the test made.
+	W=$T/w
+	mkdir "$W"
 	say "test $TEST_NAME: dmar=$DMAR tmp=$T"
 }
 
@@ -178,6 +182,14 @@ mkrand() {
 	else
 		openssl rand -out "$1" "$2"
 	fi
+}
+
+# mkprng FILE BYTES SEED: pseudo-random bytes, the same for the same SEED
+# (AES-128-CTR keystream), for cases whose outcome depends on the data.
+mkprng() {
+	openssl enc -aes-128-ctr -nosalt -K "$(printf '%032x' "$3")" -iv 00000000000000000000000000000000 \
+		-in /dev/zero 2>/dev/null | head -c "$2" >"$1"
+	[ "$(fsize "$1")" = "$2" ] || fail "mkprng: could not make $2 bytes"
 }
 
 # mktext FILE BYTES [SEED]: compressible, deterministic text of BYTES bytes.

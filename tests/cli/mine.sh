@@ -8,7 +8,7 @@
 . "${top_srcdir:-$(dirname "$0")/../..}/tests/cli/lib.sh"
 setup
 trap cleanup EXIT
-cd "$T" || exit 1
+cd "$W" || exit 1
 
 # hexbytes FILE OFFSET COUNT: the bytes as lower-case hex, in file order.
 hexbytes() {
@@ -163,7 +163,7 @@ fi
 if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null 2>&1 &&
 	setpriv --reuid=65534 --regid=65534 --clear-groups test -x "$DMAR" 2>/dev/null; then
 	mkdir nob
-	chmod 711 "$T"
+	chmod 711 "$T" "$W"
 	chmod 1777 nob
 	check "mine --pid $spid as uid 65534 (process owned by root) fails with a permission error"
 	rc=0
