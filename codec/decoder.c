@@ -83,6 +83,7 @@ struct dec {
 	struct dmar_decode_stats st;
 	struct dmar_error *err;
 	bool lens_unknown;       /* info mode met runs it cannot resolve */
+	bool lens_unknown_before; /* ... in an earlier block */
 };
 
 static ssize_t read_full(struct dec *d, void *buf, size_t len)
@@ -140,6 +141,11 @@ static void decode_block(struct dmar_pool_job *pj, unsigned worker)
 					       ZSTD_getErrorName(r));
 			return;
 		}
+		if (r != 0 && in.pos == j->stored_len) {
+			j->rc = dmar_error_set(&j->err, -EBADMSG, "block %" PRIu64 ": zstd frame is truncated",
+					       j->index);
+			return;
+		}
 		if (r != 0 || out.pos != j->raw_len) {
 			j->rc = dmar_error_set(&j->err, -EBADMSG,
 					       "block %" PRIu64 ": payload decodes to %s%zu bytes, expected %u", j->index,
@@ -195,8 +201,10 @@ static void decode_block(struct dmar_pool_job *pj, unsigned worker)
 	dmar_block_check(j->hdr, j->table.p, j->table_len, j->ids, j->n, ck);
 	if (memcmp(ck, j->hdr + 12, 8) != 0)
 		j->rc = dmar_error_set(&j->err, -EBADMSG,
-				       "block %" PRIu64 " (chunks %" PRIu64 "..%" PRIu64 "): hash mismatch", j->index,
-				       j->first_chunk, j->first_chunk + j->n - 1);
+				       "block %" PRIu64 " (chunks %" PRIu64 "..%" PRIu64 "): hash mismatch%s", j->index,
+				       j->first_chunk, j->first_chunk + j->n - 1,
+				       j->absent_n ? " (corrupt, or reference data other than at packing, or in another order)"
+						   : "");
 }
 
 static int collect(struct dec *d, struct dec_job *j, dmar_write_fn write, void *wctx)
@@ -357,8 +365,15 @@ static int parse_block(struct dec *d, struct dec_job *j)
 			return dmar_error_set(d->err, -ENOENT, "reference data missing chunk %" PRIu64 " (id %s)", ci, hex);
 		for (uint32_t m = 0; m < count; m++) {
 			j->absent[i + m] = 1;
+			if (k < 0 && !(w & DMAR_CHUNK_RUN)) {
+				j->lens[i + m] = v; /* info without reference data */
+				logical += v;
+				continue;
+			}
 			if (k < 0) {
-				/* Info without reference data: lengths unknown. */
+				/* Info without reference data: a run's chunks
+				 * are known only by count. */
+				j->absent[i + m] = m ? 3 : 2;
 				j->lens[i + m] = 0;
 				d->lens_unknown = true;
 				continue;
@@ -376,7 +391,7 @@ static int parse_block(struct dec *d, struct dec_job *j)
 			logical += len;
 		}
 		if (k < 0)
-			memcpy(j->ids[i].b, first.b, DMAR_HASH_SIZE);
+			memcpy(j->ids[i].b, first.b, DMAR_HASH_SIZE); /* info: the entry's own id */
 		j->absent_n += count;
 		i += count;
 	}
@@ -529,13 +544,18 @@ static void teardown(struct dec *d)
 
 static void info_chunks(struct dec *d, struct dec_job *j)
 {
-	uint64_t off = d->st.logical;
+	/* Offsets are known until the first run whose lengths are not. */
+	uint64_t off = d->lens_unknown_before ? UINT64_MAX : d->st.logical;
 	for (unsigned i = 0; i < j->n; i++) {
+		if (j->absent[i] >= 2)
+			off = UINT64_MAX;
 		if (d->o->on_chunk)
 			d->o->on_chunk(d->o->on_chunk_ctx, j->first_chunk + i, off, j->lens[i], j->absent[i],
-				       j->absent[i] ? &j->ids[i] : NULL);
-		off += j->lens[i];
+				       j->absent[i] == 1 || j->absent[i] == 2 ? &j->ids[i] : NULL);
+		if (off != UINT64_MAX)
+			off += j->lens[i];
 	}
+	d->lens_unknown_before = d->lens_unknown;
 }
 
 int dmar_decode(const struct dmar_decoder_opts *o, dmar_read_fn read, void *rctx,

@@ -43,9 +43,12 @@ struct dmar_header_info {
  * reference set with the artifact's chunker.  Return 0 or -errno to stop. */
 typedef int (*dmar_header_fn)(void *ctx, const struct dmar_header_info *h);
 
-/* Called for every chunk in info mode (absent == payload not in the artifact). */
+/* Called for every chunk in info mode.  absent: 0 payload present; 1 held
+ * by reference data; 2 first chunk of a run held by reference data (len
+ * unknown without it, 0); 3 a later chunk of such a run (id unknown:
+ * NULL).  offset is UINT64_MAX once it depends on unknown lengths. */
 typedef void (*dmar_chunk_info_fn)(void *ctx, uint64_t index, uint64_t offset, uint32_t len,
-				   bool absent, const struct dmar_id *id_or_null);
+				   unsigned absent, const struct dmar_id *id_or_null);
 
 struct dmar_decoder_opts {
 	struct dmar_bytepack *pack;        /* needed when the header names one */

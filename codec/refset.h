@@ -8,9 +8,9 @@
  * back from the same base files.  Both sides must cut the bases with the
  * artifact's chunk sizes, so a set is built for one chunker.
  *
- * The index costs ~64 bytes per chunk of base data plus a hash table of
- * 8-byte slots kept under half full: 80-100 bytes per chunk, ~3 MiB per
- * GiB of base at the default sizes; the base bytes themselves are read on demand with pread,
+ * The index costs 48 bytes per chunk of base data plus a hash table of
+ * 8-byte slots kept under half full: 64-128 bytes per chunk (~90 on
+ * average, ~2.5 MiB per GiB of base at the default sizes); the base bytes themselves are read on demand with pread,
  * and every chunk read back is hashed again, so a base that changed after
  * indexing is reported, never used.
  *

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -155,9 +156,19 @@ int cli_out_open(struct cli_out *o, const char *path, bool force)
 	size_t dirlen = slash ? (size_t)(slash - path + 1) : 0;
 	snprintf(o->tmp, n + 16, "%.*s.%s.XXXXXX", (int)dirlen, path, path + dirlen);
 	watch_signals();
+	/* Block the fatal signals while the temp file exists but is not yet
+	 * known to the handler; one that arrives meanwhile is handled (and
+	 * the file removed) as soon as they are unblocked. */
+	sigset_t fatal, old;
+	sigemptyset(&fatal);
+	int sigs[] = { SIGINT, SIGTERM, SIGHUP, SIGPIPE, SIGQUIT };
+	for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++)
+		sigaddset(&fatal, sigs[i]);
+	pthread_sigmask(SIG_BLOCK, &fatal, &old);
 	o->fd = mkostemp(o->tmp, O_CLOEXEC);
 	if (o->fd >= 0)
 		pending_tmp = o->tmp;
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (o->fd < 0) {
 		int r = -errno;
 		free(o->path);

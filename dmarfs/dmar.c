@@ -133,8 +133,12 @@ static bool takes_next_arg(const char *a)
 	if (a[0] != '-' || !a[1])
 		return false;
 	if (a[1] == '-') {
+		/* getopt_long takes any unambiguous prefix: so do we. */
+		size_t n = strlen(a);
+		if (n < 3 || strchr(a, '='))
+			return false;
 		for (size_t i = 0; i < sizeof(longs) / sizeof(longs[0]); i++)
-			if (!strcmp(a, longs[i]))
+			if (!strncmp(a, longs[i], n))
 				return true;
 		return false;
 	}
@@ -635,15 +639,20 @@ static int cmd_mine(int argc, char **argv)
 	return status;
 }
 
-static void info_chunk(void *ctx, uint64_t index, uint64_t offset, uint32_t len, bool absent,
+static void info_chunk(void *ctx, uint64_t index, uint64_t offset, uint32_t len, unsigned absent,
 		       const struct dmar_id *id)
 {
 	(void)ctx;
 	if (!absent || cli_verbosity < 2)
 		return;
-	char hex[DMAR_HASH_HEX_SIZE];
-	dmar_hex(id->b, DMAR_HASH_SIZE, hex);
-	printf("  absent chunk %" PRIu64 ": offset %" PRIu64 ", %u bytes, id %s\n", index, offset, len, hex);
+	char hex[DMAR_HASH_HEX_SIZE] = "(next in the reference data)", where[32] = "offset unknown", size[32] = "length from the reference data";
+	if (id)
+		dmar_hex(id->b, DMAR_HASH_SIZE, hex);
+	if (offset != UINT64_MAX)
+		snprintf(where, sizeof(where), "offset %" PRIu64, offset);
+	if (absent == 1)
+		snprintf(size, sizeof(size), "%u bytes", len);
+	printf("  absent chunk %" PRIu64 ": %s, %s, id %s\n", index, where, size, hex);
 }
 
 static int info_one(const char *path)

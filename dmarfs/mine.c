@@ -76,6 +76,20 @@ static int sample_fd(struct cli_samples *s, int fd, uint64_t base, uint64_t size
 	return 0;
 }
 
+/* How much of an input of size bytes (of total) to read.  Each input earns
+ * budget credit in proportion to its size and spends it on whole inputs or
+ * whole pieces, so the sum stays within the budget even for many inputs
+ * smaller than a piece. */
+static uint64_t take_budget(double *credit, uint64_t size, uint64_t total, uint64_t budget)
+{
+	if (total <= budget)
+		return size;
+	*credit += (double)size * (double)budget / (double)total;
+	uint64_t keep = size <= *credit ? size : (uint64_t)(*credit / SAMPLE_PIECE) * SAMPLE_PIECE;
+	*credit -= (double)keep;
+	return keep;
+}
+
 struct file_list {
 	char **paths;
 	uint64_t *sizes;
@@ -147,21 +161,11 @@ int mine_from_paths(struct cli_samples *s, char **paths, int n, size_t budget)
 	int r = 0;
 	for (int i = 0; i < n && r == 0; i++)
 		r = walk(&l, paths[i], 0);
-	/* Each file earns budget credit in proportion to its size and spends
-	 * it on whole files or pieces, so the total stays within the budget
-	 * even for many files smaller than a piece. */
 	double credit = 0;
 	for (size_t i = 0; i < l.n && r == 0; i++) {
-		uint64_t size = l.sizes[i], keep;
-		if (l.total <= budget) {
-			keep = size;
-		} else {
-			credit += (double)size * budget / l.total;
-			keep = size <= credit ? size : (uint64_t)(credit / SAMPLE_PIECE) * SAMPLE_PIECE;
-			if (keep == 0)
-				continue;
-			credit -= (double)keep;
-		}
+		uint64_t size = l.sizes[i], keep = take_budget(&credit, size, l.total, budget);
+		if (keep == 0)
+			continue;
 		int fd = open(l.paths[i], O_RDONLY | O_CLOEXEC);
 		if (fd < 0)
 			continue;
@@ -231,10 +235,11 @@ int mine_from_pid(struct cli_samples *s, long pid, size_t budget)
 		total += hi - lo;
 	}
 	fclose(maps);
+	double credit = 0;
 	for (size_t i = 0; i < nreg && r == 0; i++) {
-		uint64_t size = reg[i].hi - reg[i].lo;
-		uint64_t keep = total <= budget ? size : (uint64_t)((double)size * budget / total);
-		r = sample_fd(s, fd, reg[i].lo, size, keep);
+		uint64_t size = reg[i].hi - reg[i].lo, keep = take_budget(&credit, size, total, budget);
+		if (keep)
+			r = sample_fd(s, fd, reg[i].lo, size, keep);
 	}
 	if (r == 0 && s->n == 0) {
 		/* open() succeeds but reads fail when ptrace access is denied. */
