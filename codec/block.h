@@ -33,9 +33,11 @@ static inline unsigned dmar_log2(uint32_t v)
 	return 31u - (unsigned)__builtin_clz(v);
 }
 
-/* Block check: SHA-256 over header bytes 0..11, the chunk table as stored,
- * then every chunk id; the first 8 bytes are kept. */
-void dmar_block_check(const uint8_t *hdr12, const uint8_t *table, size_t table_len,
-		      const struct dmar_id *ids, unsigned n, uint8_t out[8]);
+/* Block check: SHA-256 over the block's index and the file offset of its
+ * first byte (le64 each: a dropped, repeated or reordered block fails its
+ * own check, before its bytes are written), the record's bytes 0..11, the
+ * chunk table as stored, then every chunk id; the first 8 bytes are kept. */
+void dmar_block_check(uint64_t index, uint64_t offset, const uint8_t *hdr12, const uint8_t *table,
+		      size_t table_len, const struct dmar_id *ids, unsigned n, uint8_t out[8]);
 
 #endif /* DMAR_BLOCK_H */

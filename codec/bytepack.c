@@ -60,6 +60,14 @@ int dmar_bytepack_train(const void *samples, const size_t *sizes, unsigned n, si
 {
 	if (n < 8)
 		return dmar_error_set(err, -EINVAL, "too few samples to mine a byte pack (%u, need 8 or more)", n);
+	size_t total = 0;
+	for (unsigned i = 0; i < n; i++)
+		total += sizes[i];
+	/* Below a few KiB there are no patterns worth a dictionary, and the
+	 * trainer would return one anyway. */
+	if (total < 4096)
+		return dmar_error_set(err, -EINVAL, "too little sample data to mine a byte pack (%zu bytes, need 4 KiB)",
+				      total);
 	if (dict_cap < 256 || dict_cap > DMAR_BYTEPACK_MAX)
 		return dmar_error_set(err, -EINVAL, "byte pack size %zu out of range (256..%u)", dict_cap,
 				      DMAR_BYTEPACK_MAX);

@@ -46,7 +46,8 @@ int dmar_bytepack_train(const void *samples, const size_t *sizes, unsigned n, si
 			unsigned threads, struct dmar_bytepack **out, struct dmar_error *err);
 
 /* Parse a pack file held in memory (copied; buf may be freed after).
- * Rejects bad magic, version, sizes and checksum with -EBADMSG / -EINVAL. */
+ * Rejects bad magic, sizes and checksum with -EBADMSG, an unknown version
+ * with -EPROTO. */
 int dmar_bytepack_load(const void *buf, size_t len, struct dmar_bytepack **out,
 		       struct dmar_error *err);
 

@@ -49,6 +49,7 @@ struct dec_job {
 	struct dmar_pool_job pj;
 	struct dec *d;
 	uint64_t index;          /* block number */
+	uint64_t offset;         /* of the block's first byte in the file */
 	uint64_t first_chunk;
 	uint8_t hdr[DMAR_BLOCK_HDR_SIZE];
 	unsigned n;
@@ -198,7 +199,7 @@ static void decode_block(struct dmar_pool_job *pj, unsigned worker)
 	j->result = j->absent_n ? j->out.p : present;
 
 	uint8_t ck[8];
-	dmar_block_check(j->hdr, j->table.p, j->table_len, j->ids, j->n, ck);
+	dmar_block_check(j->index, j->offset, j->hdr, j->table.p, j->table_len, j->ids, j->n, ck);
 	if (memcmp(ck, j->hdr + 12, 8) != 0)
 		j->rc = dmar_error_set(&j->err, -EBADMSG,
 				       "block %" PRIu64 " (chunks %" PRIu64 "..%" PRIu64 "): hash mismatch%s", j->index,
@@ -288,6 +289,7 @@ static int parse_block(struct dec *d, struct dec_job *j)
 	j->raw_len = dmar_get_le32(h + 4);
 	j->stored_len = dmar_get_le32(h + 8);
 	j->index = bi;
+	j->offset = d->st.logical;
 	j->first_chunk = d->st.chunks;
 	if (j->enc > DMAR_ENC_ZSTD_PACK)
 		return dmar_error_set(d->err, -EBADMSG, "block %" PRIu64 ": unknown encoding %u", bi, j->enc);
@@ -453,6 +455,54 @@ static int parse_end(struct dec *d, bool verify)
 	return 0;
 }
 
+/* The references record: check that the reference data given is the one
+ * the artifact was made against, before any block depends on it. */
+static int parse_refs(struct dec *d)
+{
+	uint8_t h[8];
+	int r = read_exact(d, h, sizeof(h), "references record", 0);
+	if (r < 0)
+		return r;
+	if (h[0] != DMAR_REC_REFS)
+		return dmar_error_set(d->err, -EBADMSG, "thin artifact without a references record");
+	if (h[1] || h[2] || h[3])
+		return dmar_error_set(d->err, -EBADMSG, "references record: reserved bytes not zero");
+	uint32_t k = dmar_get_le32(h + 4);
+	if (k < 1 || k > DMAR_MAX_REFS)
+		return dmar_error_set(d->err, -EBADMSG, "references record: %u bases (1..%d)", k, DMAR_MAX_REFS);
+	dmar_hash_ctx_update(d->endck, h, sizeof(h));
+	d->st.refs = k;
+	for (uint32_t i = 0; i < k; i++) {
+		uint8_t e[40];
+		if ((r = read_exact(d, e, sizeof(e), "references record entry", i)) < 0)
+			return r;
+		dmar_hash_ctx_update(d->endck, e, sizeof(e));
+		uint64_t size = dmar_get_le64(e + 32);
+		if (i < DMAR_MAX_REFS) {
+			memcpy(d->st.ref_ids[i].b, e, DMAR_HASH_SIZE);
+			d->st.ref_sizes[i] = size;
+		}
+		if (!d->o->ref)
+			continue;
+		if (i >= dmar_refset_sources(d->o->ref))
+			return dmar_error_set(d->err, -ENOENT,
+					      "made against %u reference files, only %u given (--ref, in the same order)", k,
+					      dmar_refset_sources(d->o->ref));
+		struct dmar_id id;
+		uint64_t have;
+		dmar_refset_source(d->o->ref, i, &id, &have);
+		if (have != size || memcmp(id.b, e, DMAR_HASH_SIZE)) {
+			char want[DMAR_HASH_HEX_SIZE], got[DMAR_HASH_HEX_SIZE];
+			dmar_hex(e, 8, want);
+			dmar_hex(id.b, 8, got);
+			return dmar_error_set(d->err, -ENOENT,
+					      "reference file %u is not the one used at packing: %" PRIu64 " bytes, id %s..., expected %" PRIu64 " bytes, id %s... (give the same --ref files in the same order)",
+					      i + 1, have, got, size, want);
+		}
+	}
+	return 0;
+}
+
 static int setup(struct dec *d)
 {
 	const struct dmar_decoder_opts *o = d->o;
@@ -582,6 +632,8 @@ int dmar_decode(const struct dmar_decoder_opts *o, dmar_read_fn read, void *rctx
 		goto out;
 	}
 	if ((r = setup(&d)) < 0)
+		goto out;
+	if ((d.h.flags & DMAR_HDR_THIN) && (r = parse_refs(&d)) < 0)
 		goto out;
 
 	uint64_t last_progress = 0;

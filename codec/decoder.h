@@ -24,6 +24,7 @@
 
 #include "bytepack.h"
 #include "encoder.h"
+#include "format.h"
 #include "error.h"
 #include "hash.h"
 #include "refset.h"
@@ -74,6 +75,9 @@ struct dmar_decode_stats {
 	uint64_t blocks;
 	uint64_t raw_blocks;
 	struct dmar_id file_id;   /* valid after a full (not info) decode */
+	unsigned refs;            /* thin: the bases it was made against */
+	struct dmar_id ref_ids[DMAR_MAX_REFS];
+	uint64_t ref_sizes[DMAR_MAX_REFS];
 };
 
 /*
@@ -82,8 +86,11 @@ struct dmar_decode_stats {
  * Returns 0 or a negative errno, with err saying what was wrong:
  *   -EBADMSG   corrupt: bad magic, check or hash mismatch, bad sizes
  *   -EPROTO    unsupported version or unknown flags
+ *   -EINVAL    reference data cut with other chunk sizes than the artifact's
  *   -ENOKEY    needs a byte pack that was not given (or another one)
- *   -ENOENT    reference data missing a chunk (or none given)
+ *   -ENOENT    reference data missing a chunk (or none given), or not the
+ *              bases the artifact was made against
+ * *st is filled in also on failure (with what was read so far).
  *   -ENODATA   truncated
  *   other      from read/write callbacks or ENOMEM
  */

@@ -34,6 +34,7 @@ struct block_job {
 	uint8_t *scratch;        /* present chunks gathered, when some are absent */
 	size_t logical;          /* bytes of the block in data */
 	uint64_t offset;         /* of the block in the file */
+	uint64_t index;          /* block number */
 	unsigned n;
 	uint32_t *lens;
 	struct dmar_id *ids;
@@ -71,12 +72,15 @@ struct dmar_encoder {
 	struct dmar_hash_ctx *recipe; /* file id: over (id, le32 len) */
 	struct dmar_hash_ctx *endck;  /* header, block checks, end record */
 	uint64_t offset;         /* logical bytes handed to blocks so far */
+	uint64_t nblocks;        /* blocks handed to workers so far */
+	bool fed;                /* bytes came in through space/commit */
 	struct dmar_encode_stats st;
 	int rc;                  /* sticky first error */
 	bool finished;
 	void *maps;              /* input mapped by feed_fd, unmapped at free */
 	size_t maps_len;
 	size_t maps_dropped;     /* bytes at the start of maps already dropped */
+	bool maps_used;          /* fed by feed_map: nothing else may follow */
 };
 
 static int emit(struct dmar_encoder *e, const void *buf, size_t len)
@@ -197,8 +201,8 @@ static void encode_block(struct dmar_pool_job *pj, unsigned worker)
 		i += m;
 	}
 	j->rec_len = (size_t)(t - r);
-	dmar_block_check(r, r + DMAR_BLOCK_HDR_SIZE, j->rec_len - DMAR_BLOCK_HDR_SIZE, j->ids, j->n,
-			 r + 12);
+	dmar_block_check(j->index, j->offset, r, r + DMAR_BLOCK_HDR_SIZE, j->rec_len - DMAR_BLOCK_HDR_SIZE,
+			 j->ids, j->n, r + 12);
 	j->rc = 0;
 }
 
@@ -292,6 +296,7 @@ static int cut_blocks(struct dmar_encoder *e, bool eof)
 		j->src = j->data;
 		j->logical = pos;
 		j->offset = e->offset;
+		j->index = e->nblocks++;
 		j->n = n;
 		j->rc = 0;
 		e->offset += pos;
@@ -347,6 +352,24 @@ static void write_header(const struct dmar_encoder_opts *o, uint8_t h[DMAR_HDR_S
 	memcpy(h + 36, ck.b, 4);
 }
 
+/* The references record: which bases the absent chunks come from. */
+static int write_refs(struct dmar_encoder *e)
+{
+	unsigned k = dmar_refset_sources(e->o.ref);
+	uint8_t rec[8 + DMAR_MAX_REFS * 40] = { DMAR_REC_REFS };
+	dmar_put_le32(rec + 4, k);
+	for (unsigned i = 0; i < k; i++) {
+		struct dmar_id id;
+		uint64_t size;
+		dmar_refset_source(e->o.ref, i, &id, &size);
+		memcpy(rec + 8 + 40 * i, id.b, DMAR_HASH_SIZE);
+		dmar_put_le64(rec + 8 + 40 * i + 32, size);
+	}
+	size_t len = 8 + 40 * (size_t)k;
+	dmar_hash_ctx_update(e->endck, rec, len);
+	return emit(e, rec, len);
+}
+
 int dmar_encoder_new(struct dmar_encoder **out, const struct dmar_encoder_opts *o,
 		     dmar_write_fn write, void *wctx, struct dmar_error *err)
 {
@@ -359,6 +382,8 @@ int dmar_encoder_new(struct dmar_encoder **out, const struct dmar_encoder_opts *
 		const struct dmar_chunker *rc = dmar_refset_chunker(o->ref);
 		if (rc->min != chk.min || rc->avg != chk.avg || rc->max != chk.max)
 			return dmar_error_set(err, -EINVAL, "reference set was cut with other chunk sizes");
+		if (dmar_refset_sources(o->ref) < 1 || dmar_refset_sources(o->ref) > DMAR_MAX_REFS)
+			return dmar_error_set(err, -EINVAL, "need 1 to %d reference files", DMAR_MAX_REFS);
 	}
 
 	struct dmar_encoder *e = calloc(1, sizeof(*e));
@@ -426,6 +451,8 @@ int dmar_encoder_new(struct dmar_encoder **out, const struct dmar_encoder_opts *
 		r = emit(e, h, sizeof(h));
 		if (r < 0)
 			goto fail_quiet;
+		if (o->ref && (r = write_refs(e)) < 0)
+			goto fail_quiet;
 	}
 	*out = e;
 	return 0;
@@ -447,8 +474,9 @@ int dmar_encoder_commit(struct dmar_encoder *e, size_t n)
 {
 	if (e->rc < 0)
 		return e->rc;
-	if (e->finished || n > e->win_cap - e->win_len)
+	if (e->finished || e->maps_used || n > e->win_cap - e->win_len)
 		return -EINVAL;
+	e->fed = true;
 	e->win_len += n;
 	e->st.logical += n;
 	if (e->win_len == e->win_cap)
@@ -478,8 +506,10 @@ int dmar_encoder_feed_map(struct dmar_encoder *e, const void *buf, size_t len)
 {
 	if (e->rc < 0)
 		return e->rc;
-	if (e->finished || e->win_len)
+	/* The map must be the whole input: cuts are final at its end. */
+	if (e->finished || e->fed || e->maps_used)
 		return -EINVAL;
+	e->maps_used = true;
 	const uint8_t *p = buf;
 	size_t pos = 0;
 	e->st.logical += len;
@@ -500,6 +530,7 @@ int dmar_encoder_feed_map(struct dmar_encoder *e, const void *buf, size_t len)
 		j->src = p + start;
 		j->logical = pos - start;
 		j->offset = e->offset;
+		j->index = e->nblocks++;
 		j->n = n;
 		j->rc = 0;
 		e->offset += j->logical;
@@ -517,7 +548,7 @@ int dmar_encoder_feed_fd(struct dmar_encoder *e, int fd, void (*progress)(void *
 	 * taken at its size now; one that shrinks meanwhile is a SIGBUS, as
 	 * with any mapping (docs/dmar.1, CAVEATS). */
 	struct stat st;
-	if (!e->maps && e->win_len == 0 && !e->finished && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+	if (!e->maps_used && !e->fed && !e->finished && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
 	    st.st_size > 0 && (uint64_t)st.st_size <= SIZE_MAX && lseek(fd, 0, SEEK_CUR) == 0) {
 		size_t len = (size_t)st.st_size;
 		void *m = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);

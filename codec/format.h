@@ -5,7 +5,7 @@
  * docs/format.md is the normative spec; this header is its C mirror.  All
  * integers are little-endian and fixed width.  An artifact is
  *
- *     header (40 bytes)  block*  end (32 bytes)
+ *     header (40 bytes)  [references]  block*  end (32 bytes)
  *
  * and is written in one pass, so it can be produced on a pipe: nothing in
  * the header depends on data that comes later.
@@ -28,15 +28,26 @@
  *    28   8  byte pack id (0 when DMAR_HDR_PACK is clear)
  *    36   4  check: first 4 bytes of SHA-256(bytes 0..35), as stored
  *
+ * References: present exactly when the header has DMAR_HDR_THIN
+ *     0   1  type 'R'
+ *     1   3  reserved, zero
+ *     4   4  k, the number of base files (1..DMAR_MAX_REFS)
+ *     8      k entries: the base's file id (32 bytes, as defined below,
+ *            with this artifact's chunk sizes) and its size (u64)
+ *   Absent chunks are looked up in these bases, in this order: a decoder
+ *   must be given the same bases in the same order (more may follow).
+ *
  * Block: the chunks of a run of the file, in order
  *     0   1  type 'C'
  *     1   1  encoding: 0 raw, 1 zstd, 2 zstd with the byte pack
  *     2   2  n, the number of chunks (1..DMAR_BLOCK_MAX_CHUNKS)
  *     4   4  raw_len: bytes of the present chunks, concatenated
  *     8   4  stored_len: payload bytes that follow the chunk table
- *    12   8  check: first 8 bytes of SHA-256 over bytes 0..11 of this
- *            record, the chunk table as stored, then the 32-byte id of every
- *            chunk in order (recomputed from the data for present chunks)
+ *    12   8  check: first 8 bytes of SHA-256 over the block's index
+ *            (0, 1, ...) and the file offset of its first byte (le64 each),
+ *            bytes 0..11 of this record, the chunk table as stored, then the
+ *            32-byte id of every chunk in order (recomputed from the data for
+ *            present chunks)
  *    20      chunk table, describing the n chunks in order.  Each entry
  *            starts with a u32: bit 31 ABSENT, bit 30 RUN, bits 0..29 a
  *            value.
@@ -60,8 +71,9 @@
  *     1   7  reserved, zero
  *     8   8  logical size: the sum of all chunk lengths
  *    16   8  chunk count
- *    24   8  check: first 8 bytes of SHA-256 over the header, every block's
- *            check in order, and bytes 0..23 of this record
+ *    24   8  check: first 8 bytes of SHA-256 over the header, the
+ *            references record if any, every block's check in order, and
+ *            bytes 0..23 of this record
  *
  * A chunk id is the SHA-256 of the chunk's bytes.  A file's id is the
  * SHA-256 of its recipe: for each chunk in order, its 32-byte id followed by
@@ -85,6 +97,8 @@
 #define DMAR_HDR_META 0x04u
 #define DMAR_HDR_KNOWN_FLAGS (DMAR_HDR_PACK | DMAR_HDR_THIN | DMAR_HDR_META)
 
+#define DMAR_REC_REFS 'R'
+#define DMAR_MAX_REFS 64
 #define DMAR_REC_BLOCK 'C'
 #define DMAR_REC_END 'E'
 

@@ -28,6 +28,8 @@ struct ref_chunk {
 struct ref_source {
 	int fd;               /* -1 for memory sources */
 	const uint8_t *mem;
+	struct dmar_id file_id; /* SHA-256 of its recipe, as in artifacts */
+	uint64_t size;
 };
 
 struct dmar_refset {
@@ -143,7 +145,7 @@ static int index_source(struct dmar_refset *rs, int fd, const uint8_t *mem, size
 	if (!s)
 		return dmar_error_errno(err, -ENOMEM, name);
 	rs->src = s;
-	rs->src[rs->nsrc] = (struct ref_source){ fd, mem };
+	rs->src[rs->nsrc] = (struct ref_source){ .fd = fd, .mem = mem };
 	struct add_ctx a = { rs, rs->nsrc };
 
 	struct dmar_encoder_opts o = {
@@ -163,6 +165,8 @@ static int index_source(struct dmar_refset *rs, int fd, const uint8_t *mem, size
 	dmar_encoder_free(e);
 	if (r < 0)
 		return dmar_error_set(err, r, "%s: %s", name, e2.code ? e2.msg : strerror(-r));
+	rs->src[rs->nsrc].file_id = st.file_id;
+	rs->src[rs->nsrc].size = st.logical;
 	rs->nsrc++;
 	rs->bytes += st.logical;
 	return 0;
@@ -234,6 +238,17 @@ int dmar_refset_read(const struct dmar_refset *rs, const struct dmar_id *id, uin
 	if (memcmp(h.b, id->b, DMAR_HASH_SIZE))
 		return -EBADMSG;
 	return 0;
+}
+
+unsigned dmar_refset_sources(const struct dmar_refset *rs)
+{
+	return rs->nsrc;
+}
+
+void dmar_refset_source(const struct dmar_refset *rs, unsigned k, struct dmar_id *file_id, uint64_t *size)
+{
+	*file_id = rs->src[k].file_id;
+	*size = rs->src[k].size;
 }
 
 uint64_t dmar_refset_chunks(const struct dmar_refset *rs)

@@ -59,6 +59,12 @@ int dmar_refset_at(const struct dmar_refset *rs, uint64_t index, uint64_t first,
 int dmar_refset_read(const struct dmar_refset *rs, const struct dmar_id *id, uint32_t len,
 		     uint8_t *dst);
 
+/* The bases, in the order added: each one's file id (the SHA-256 of its
+ * recipe, cut with this set's chunker) and size.  A thin artifact records
+ * them, so a decoder given other bases says so before decoding. */
+unsigned dmar_refset_sources(const struct dmar_refset *rs);
+void dmar_refset_source(const struct dmar_refset *rs, unsigned k, struct dmar_id *file_id, uint64_t *size);
+
 uint64_t dmar_refset_chunks(const struct dmar_refset *rs);
 uint64_t dmar_refset_bytes(const struct dmar_refset *rs);
 const struct dmar_chunker *dmar_refset_chunker(const struct dmar_refset *rs);

@@ -702,6 +702,11 @@ static int info_one(const char *path)
 	else
 		printf("byte pack: none\n");
 	printf("thin: %s\n", h->flags & DMAR_HDR_THIN ? "yes" : "no");
+	for (unsigned k = 0; k < st.refs; k++) {
+		char hex[DMAR_HASH_HEX_SIZE];
+		dmar_hex(st.ref_ids[k].b, DMAR_HASH_SIZE, hex);
+		printf("reference %u: %" PRIu64 " bytes, file id %s\n", k + 1, st.ref_sizes[k], hex);
+	}
 	printf("absent chunks: %" PRIu64 " (%" PRIu64 " bytes)\n", st.absent_chunks, st.absent_bytes);
 	return 0;
 }
