@@ -1,0 +1,160 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * arena.h - a preallocated RAM region with an allocator and a
+ * content-addressed, refcounted chunk store inside it.
+ *
+ * Everything a mounted dmarfs holds lives in its arena: raw extents (file
+ * bytes written but not yet encoded) and chunk payloads (encoded once, shared
+ * by every file that contains them).  The arena has a hard size: when it is
+ * full, allocations fail with -ENOSPC and succeed again once space is freed.
+ *
+ * Backing, best first (dmar_arena_backing() says which was used):
+ *   1. hugetlb pages (2 MiB, or 1 GiB with pagesize=1G): memfd_create with
+ *      MFD_HUGETLB, every page allocated up front with fallocate from the
+ *      kernel's pool (vm.nr_hugepages; see scripts/dmar-hugepages), so a
+ *      short pool is an error now rather than a SIGBUS on some later write.
+ *      Page sizes come from libhugetlbfs.  Without strict, a short 1 GiB
+ *      pool falls back to 2 MiB hugetlb pages before anything else.
+ *   2. transparent huge pages with MADV_HUGEPAGE: a memfd where shmem THP
+ *      is on (/sys/kernel/mm/transparent_hugepage/shmem_enabled), else
+ *      anonymous memory where only anonymous THP is (.../enabled), as on
+ *      a default Debian kernel.  THP is best effort: describe() reports
+ *      how much the kernel really gave after populate.
+ *   3. normal pages, in a memfd.
+ * With strict set, a failure to get the requested huge pages is an error
+ * (-ENOMEM with a message) instead of a fallback.  The backing is a memfd
+ * (dmar_arena_fd()) except for anonymous THP, so a later version can hand
+ * it to a restarted daemon, and all references inside the arena are
+ * offsets from its base, never pointers.  (A /dev/dmar_arena kernel-module
+ * backing slots in as a fourth source.)
+ *
+ * Offsets returned by the allocator are relative to dmar_arena_base().
+ * All functions are thread-safe unless noted.
+ */
+#ifndef DMAR_ARENA_H
+#define DMAR_ARENA_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "error.h"
+#include "hash.h"
+
+enum dmar_backing {
+	DMAR_BACKING_HUGETLB = 1,
+	DMAR_BACKING_THP = 2,
+	DMAR_BACKING_NORMAL = 3,
+};
+
+struct dmar_arena_opts {
+	uint64_t size;      /* bytes, rounded up to the page size of the backing used */
+	uint64_t pagesize;  /* wanted huge page size: 0 = default (2 MiB), the base page
+			     * size (4096) = no huge pages, else one of the hugetlb
+			     * sizes the kernel offers */
+	bool strict;        /* fail rather than fall back to a lesser backing */
+	bool populate;      /* fault every page in now (fast first writes, memory
+			     * committed); hugetlb memory is allocated up front anyway */
+};
+
+struct dmar_arena;
+
+/* Returns 0, -EINVAL (size 0 or too large, or a pagesize this machine does
+ * not have: err lists the ones it has), -ENOMEM (no memory, or strict and no
+ * huge pages: err says which pool was short and by how much), or another
+ * -errno from memfd_create/mmap (-EMFILE...).  err may be NULL. */
+int dmar_arena_new(struct dmar_arena **out, const struct dmar_arena_opts *o, struct dmar_error *err);
+void dmar_arena_free(struct dmar_arena *a); /* NULL-safe; everything in it is gone */
+
+/* These never change after dmar_arena_new. */
+uint8_t *dmar_arena_base(const struct dmar_arena *a);
+uint64_t dmar_arena_size(const struct dmar_arena *a); /* bytes, >= opts.size */
+enum dmar_backing dmar_arena_backing(const struct dmar_arena *a);
+/* The hugetlb page size, the THP size (2 MiB on x86-64; what THP aims for,
+ * not a promise), or the base page size. */
+uint64_t dmar_arena_pagesize(const struct dmar_arena *a);
+/* Starts with "hugetlb 2 MiB pages", "transparent huge pages" or "normal
+ * 4 KiB pages", then how ("memfd", "anonymous memory: shmem THP is off",
+ * what populate got), then, after "; fell back because: ", why each better
+ * backing was not used ("not enough free 2 MiB huge pages: 0 free (0
+ * reserved) of 0 in the pool, 512 needed (raise vm.nr_hugepages...)"). */
+const char *dmar_arena_describe(const struct dmar_arena *a);
+/* Buffer size that holds any describe() string with its NUL (it can pass
+ * 255 bytes when several fallbacks are explained). */
+#define DMAR_ARENA_DESCRIBE_MAX 576
+/* The memfd behind the arena, or -1 for anonymous memory.  Owned by the
+ * arena; dup() it to keep it past dmar_arena_free. */
+int dmar_arena_fd(const struct dmar_arena *a);
+/* Bytes mapped by huge pages now: the size for hugetlb, measured from
+ * /proc/self/smaps for THP (0 if unreadable), 0 for normal pages.  Reads
+ * smaps, so it costs a walk of this process's mappings: for reports, not
+ * for hot paths. */
+uint64_t dmar_arena_huge_bytes(const struct dmar_arena *a);
+
+/* ---- allocator: DMAR_ARENA_UNIT granularity ---- */
+#define DMAR_ARENA_UNIT 512
+
+/* Reserve len bytes (rounded up to units) at the lowest offset where they
+ * fit; *off gets the offset, a multiple of DMAR_ARENA_UNIT.  0, -EINVAL (len
+ * 0), or -ENOSPC when no contiguous run of that size is free (also when
+ * enough units are free but only in pieces).  Offset 0 is a valid result.
+ * Fast when the arena has room; worst case reads the whole bitmap (32 KiB
+ * per GiB of arena). */
+int dmar_arena_alloc(struct dmar_arena *a, uint64_t len, uint64_t *off);
+/* Give back a reservation made with exactly this (off, len); len 0 does
+ * nothing.  Releasing what is not reserved (a double release, a wrong len)
+ * is a caller bug that would hand the same bytes to two owners, so it
+ * aborts, as free() does on a double free. */
+void dmar_arena_release(struct dmar_arena *a, uint64_t off, uint64_t len);
+/* Bytes reserved now (rounded to units); the total is dmar_arena_size(). */
+uint64_t dmar_arena_used(const struct dmar_arena *a);
+
+/* ---- chunk store ---- */
+
+/* How a chunk payload is kept.  RAW payloads are the chunk's bytes and can
+ * be read in place; ZSTD payloads are one zstd frame (magicless, as in the
+ * artifact format) compressed with or without the mount's byte pack. */
+enum dmar_chunk_enc { DMAR_CHUNK_RAW = 0, DMAR_CHUNK_ZSTD = 1, DMAR_CHUNK_ZSTD_PACK = 2 };
+
+struct dmar_chunk_info {
+	uint64_t off;        /* payload offset in the arena */
+	uint32_t stored_len; /* payload bytes */
+	uint32_t len;        /* chunk (decoded) bytes */
+	uint8_t enc;         /* enum dmar_chunk_enc */
+	uint32_t refs;
+};
+
+/*
+ * Add one reference to chunk id.  If the store holds it already, only the
+ * count grows (the payload is not looked at) and *added is false.
+ * Otherwise payload (stored_len bytes, encoding enc, decoding to len bytes)
+ * is copied into the arena and *added is true.  added may be NULL and is
+ * written only on success.  The caller guarantees id is the SHA-256 of the
+ * decoded bytes (the store does not hash).  Returns 0, -EINVAL (a new chunk
+ * with len or stored_len 0, an unknown enc, or RAW with stored_len != len),
+ * -ENOSPC (arena full: nothing changed), -ENOMEM (table growth failed:
+ * nothing changed), -EOVERFLOW (2^32 - 1 references already).
+ */
+int dmar_store_ref(struct dmar_arena *a, const struct dmar_id *id, uint8_t enc, uint32_t len,
+		   const void *payload, uint32_t stored_len, bool *added);
+/* Add a reference to a chunk already held: 0, -ENOENT or -EOVERFLOW. */
+int dmar_store_ref_existing(struct dmar_arena *a, const struct dmar_id *id);
+/* Drop one reference; when none is left the chunk leaves the store and its
+ * payload space is released (its bytes may be reused at once).
+ * 0 or -ENOENT. */
+int dmar_store_unref(struct dmar_arena *a, const struct dmar_id *id);
+/* Look a chunk up: 0 and *info, or -ENOENT.  The payload, at
+ * dmar_arena_base(a) + info->off, stays valid while the caller holds a
+ * reference to the chunk; info->refs is a snapshot. */
+int dmar_store_lookup(struct dmar_arena *a, const struct dmar_id *id, struct dmar_chunk_info *info);
+
+struct dmar_store_stats {
+	uint64_t chunks;       /* distinct chunks held */
+	uint64_t refs;         /* references to them */
+	uint64_t stored_bytes; /* payload bytes */
+	uint64_t chunk_bytes;  /* decoded bytes of the distinct chunks */
+};
+/* A consistent snapshot of the four counters. */
+void dmar_store_stats(struct dmar_arena *a, struct dmar_store_stats *st);
+
+#endif /* DMAR_ARENA_H */

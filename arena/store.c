@@ -1,0 +1,296 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The content-addressed chunk store: an open-addressing hash table (linear
+ * probing, at most 3/4 full, doubled when it would pass that) from chunk id
+ * to where its payload sits in the arena and how many references it has.
+ *
+ * Why linear probing: a lookup is one cache line or two in the common
+ * case, and deletion by backward shift keeps the table free of tombstones,
+ * so a store that sees heavy churn (files rewritten all day) never slows.
+ *
+ * The slot is chosen from the id's first 8 bytes mixed with a per-store
+ * random key.  The bytes are uniform for honest content, but whoever
+ * writes a file chooses its chunks, and a few million tries find contents
+ * whose ids agree in the low bits; without the key those could all be
+ * steered into one cluster of the table.
+ *
+ * Locking: one mutex around the table.  Payload copies (up to a chunk's
+ * size) happen outside it: a new chunk is copied into freshly reserved
+ * arena space first and published after, so a racing ref of the same id
+ * either finds it or publishes its own copy first, and the loser frees its
+ * copy.  The allocator is never called with the lock held.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+#include "arena_i.h"
+
+#define STORE_MIN_SLOTS 1024
+
+struct slot {
+	struct dmar_id id;
+	uint64_t off;
+	uint32_t stored_len;
+	uint32_t len;
+	uint32_t refs; /* 0: the slot is empty */
+	uint8_t enc;
+};
+
+struct dmar_store {
+	pthread_mutex_t lock;
+	struct slot *slots; /* protected by lock, as is everything below */
+	uint64_t mask;      /* slots - 1, slots a power of two */
+	uint64_t count;     /* used slots */
+	uint64_t key;
+	struct dmar_store_stats st;
+};
+
+static uint64_t slot_of(uint64_t key, uint64_t mask, const struct dmar_id *id)
+{
+	uint64_t h;
+
+	memcpy(&h, id->b, sizeof(h));
+	/* murmur3's finalizer: every input bit moves every output bit. */
+	h ^= key;
+	h ^= h >> 33;
+	h *= 0xff51afd7ed558ccdull;
+	h ^= h >> 33;
+	h *= 0xc4ceb9fe1a85ec53ull;
+	h ^= h >> 33;
+	return h & mask;
+}
+
+static struct slot *find(struct dmar_store *s, const struct dmar_id *id)
+{
+	for (uint64_t i = slot_of(s->key, s->mask, id);; i = (i + 1) & s->mask) {
+		struct slot *e = &s->slots[i];
+		if (!e->refs)
+			return NULL;
+		if (!memcmp(&e->id, id, sizeof(*id)))
+			return e;
+	}
+}
+
+/* Make room for one more entry: 0 or -ENOMEM (the table is unchanged). */
+static int reserve_slot(struct dmar_store *s)
+{
+	uint64_t n = s->mask + 1;
+
+	if ((s->count + 1) * 4 <= n * 3)
+		return 0;
+	struct slot *ns = calloc(2 * n, sizeof(*ns));
+	if (!ns)
+		return -ENOMEM;
+	uint64_t nmask = 2 * n - 1;
+	for (uint64_t i = 0; i < n; i++) {
+		if (!s->slots[i].refs)
+			continue;
+		uint64_t j = slot_of(s->key, nmask, &s->slots[i].id);
+		while (ns[j].refs)
+			j = (j + 1) & nmask;
+		ns[j] = s->slots[i];
+	}
+	free(s->slots);
+	s->slots = ns;
+	s->mask = nmask;
+	return 0;
+}
+
+/* Empty slot i, moving later members of its cluster back so that every
+ * entry stays reachable from its home slot without tombstones. */
+static void remove_slot(struct dmar_store *s, uint64_t i)
+{
+	uint64_t j = i;
+
+	for (;;) {
+		j = (j + 1) & s->mask;
+		if (!s->slots[j].refs)
+			break;
+		uint64_t h = slot_of(s->key, s->mask, &s->slots[j].id);
+		/* Entry j may move to i unless its home lies cyclically in (i, j]. */
+		bool stays = i <= j ? (i < h && h <= j) : (i < h || h <= j);
+		if (!stays) {
+			s->slots[i] = s->slots[j];
+			i = j;
+		}
+	}
+	memset(&s->slots[i], 0, sizeof(s->slots[i]));
+	s->count--;
+}
+
+int dmar_store_create(struct dmar_store **out)
+{
+	struct dmar_store *s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	s->slots = calloc(STORE_MIN_SLOTS, sizeof(*s->slots));
+	if (!s->slots) {
+		free(s);
+		return -ENOMEM;
+	}
+	s->mask = STORE_MIN_SLOTS - 1;
+	if (getrandom(&s->key, sizeof(s->key), GRND_NONBLOCK) != sizeof(s->key)) {
+		/* Early boot: a weak key is still better than none. */
+		struct timespec ts;
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		s->key = (uint64_t)ts.tv_nsec * 0x9e3779b97f4a7c15ull ^ (uint64_t)(uintptr_t)s;
+	}
+	pthread_mutex_init(&s->lock, NULL);
+	*out = s;
+	return 0;
+}
+
+void dmar_store_destroy(struct dmar_store *s)
+{
+	if (!s)
+		return;
+	pthread_mutex_destroy(&s->lock);
+	free(s->slots);
+	free(s);
+}
+
+/* Add a reference to an entry already in the table; called with the lock. */
+static int ref_held(struct dmar_store *s, struct slot *e)
+{
+	if (e->refs == UINT32_MAX)
+		return -EOVERFLOW;
+	e->refs++;
+	s->st.refs++;
+	return 0;
+}
+
+int dmar_store_ref(struct dmar_arena *a, const struct dmar_id *id, uint8_t enc, uint32_t len,
+		   const void *payload, uint32_t stored_len, bool *added)
+{
+	struct dmar_store *s = a->store;
+	struct slot *e;
+	uint64_t off;
+	int r;
+
+	pthread_mutex_lock(&s->lock);
+	e = find(s, id);
+	if (e) {
+		r = ref_held(s, e);
+		pthread_mutex_unlock(&s->lock);
+		if (r == 0 && added)
+			*added = false;
+		return r;
+	}
+	pthread_mutex_unlock(&s->lock);
+
+	/* New to this store: the payload is looked at only now. */
+	if (enc > DMAR_CHUNK_ZSTD_PACK || !len || !stored_len || !payload ||
+	    (enc == DMAR_CHUNK_RAW && stored_len != len))
+		return -EINVAL;
+	r = dmar_arena_alloc(a, stored_len, &off);
+	if (r < 0)
+		return r;
+	memcpy(a->region.base + off, payload, stored_len);
+
+	pthread_mutex_lock(&s->lock);
+	e = find(s, id);
+	if (e) {
+		/* Another thread published it while we copied. */
+		r = ref_held(s, e);
+		pthread_mutex_unlock(&s->lock);
+		dmar_arena_release(a, off, stored_len);
+		if (r == 0 && added)
+			*added = false;
+		return r;
+	}
+	r = reserve_slot(s);
+	if (r < 0) {
+		pthread_mutex_unlock(&s->lock);
+		dmar_arena_release(a, off, stored_len);
+		return r;
+	}
+	uint64_t i = slot_of(s->key, s->mask, id);
+	while (s->slots[i].refs)
+		i = (i + 1) & s->mask;
+	s->slots[i] = (struct slot){
+		.id = *id, .off = off, .stored_len = stored_len, .len = len, .refs = 1, .enc = enc,
+	};
+	s->count++;
+	s->st.chunks++;
+	s->st.refs++;
+	s->st.stored_bytes += stored_len;
+	s->st.chunk_bytes += len;
+	pthread_mutex_unlock(&s->lock);
+	if (added)
+		*added = true;
+	return 0;
+}
+
+int dmar_store_ref_existing(struct dmar_arena *a, const struct dmar_id *id)
+{
+	struct dmar_store *s = a->store;
+	int r = -ENOENT;
+
+	pthread_mutex_lock(&s->lock);
+	struct slot *e = find(s, id);
+	if (e)
+		r = ref_held(s, e);
+	pthread_mutex_unlock(&s->lock);
+	return r;
+}
+
+int dmar_store_unref(struct dmar_arena *a, const struct dmar_id *id)
+{
+	struct dmar_store *s = a->store;
+	uint64_t off = 0;
+	uint32_t stored_len = 0;
+
+	pthread_mutex_lock(&s->lock);
+	struct slot *e = find(s, id);
+	if (!e) {
+		pthread_mutex_unlock(&s->lock);
+		return -ENOENT;
+	}
+	s->st.refs--;
+	if (--e->refs == 0) {
+		off = e->off;
+		stored_len = e->stored_len;
+		s->st.chunks--;
+		s->st.stored_bytes -= e->stored_len;
+		s->st.chunk_bytes -= e->len;
+		remove_slot(s, (uint64_t)(e - s->slots));
+	}
+	pthread_mutex_unlock(&s->lock);
+	/* Nobody can find the chunk any more, so its space can go. */
+	if (stored_len)
+		dmar_arena_release(a, off, stored_len);
+	return 0;
+}
+
+int dmar_store_lookup(struct dmar_arena *a, const struct dmar_id *id, struct dmar_chunk_info *info)
+{
+	struct dmar_store *s = a->store;
+	int r = -ENOENT;
+
+	pthread_mutex_lock(&s->lock);
+	struct slot *e = find(s, id);
+	if (e) {
+		*info = (struct dmar_chunk_info){
+			.off = e->off, .stored_len = e->stored_len, .len = e->len,
+			.enc = e->enc, .refs = e->refs,
+		};
+		r = 0;
+	}
+	pthread_mutex_unlock(&s->lock);
+	return r;
+}
+
+void dmar_store_stats(struct dmar_arena *a, struct dmar_store_stats *st)
+{
+	struct dmar_store *s = a->store;
+
+	pthread_mutex_lock(&s->lock);
+	*st = s->st;
+	pthread_mutex_unlock(&s->lock);
+}

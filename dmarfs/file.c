@@ -1,0 +1,864 @@
+/* SPDX-License-Identifier: MIT */
+#include "config.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ZSTD_STATIC_LINKING_ONLY
+#include <zstd.h>
+
+#include "file.h"
+
+enum { EXT_HOLE, EXT_RAW, EXT_CHUNK };
+
+struct dmar_extent {
+	uint64_t off, len;   /* logical range [off, off+len) */
+	uint8_t kind;
+	uint8_t enc;         /* CHUNK: payload encoding */
+	uint32_t skip;       /* CHUNK: first byte of the chunk this extent shows */
+	uint32_t clen;       /* CHUNK: whole chunk length */
+	uint32_t stored;     /* CHUNK: payload bytes */
+	uint64_t aoff;       /* RAW: allocation; CHUNK: payload offset (stable while referenced) */
+	uint64_t acap;       /* RAW: allocation size */
+	struct dmar_id id;   /* CHUNK */
+};
+
+/* Writes into a hole allocate at this alignment, so a run of small writes
+ * into a sparse file does not make one extent per write. */
+#define HOLE_GRAIN (64u << 10)
+/* Appends reserve this much room at the end of the last RAW extent. */
+#define APPEND_GRAIN (1u << 20)
+/* Encoding copies a run of RAW extents through a window this large. */
+#define ENCODE_WINDOW (4u << 20)
+
+void dmar_file_init(struct dmar_file *f)
+{
+	memset(f, 0, sizeof(*f));
+}
+
+static uint8_t *raw_ptr(struct dmar_fsctx *c, const struct dmar_extent *e)
+{
+	return dmar_arena_base(c->arena) + e->aoff;
+}
+
+static void ext_drop(struct dmar_fsctx *c, struct dmar_extent *e)
+{
+	if (e->kind == EXT_RAW)
+		dmar_arena_release(c->arena, e->aoff, e->acap);
+	else if (e->kind == EXT_CHUNK)
+		dmar_store_unref(c->arena, &e->id);
+	e->kind = EXT_HOLE;
+}
+
+void dmar_file_clear(struct dmar_file *f, struct dmar_fsctx *c)
+{
+	for (size_t i = 0; i < f->n; i++)
+		ext_drop(c, &f->ext[i]);
+	free(f->ext);
+	uint64_t gen = f->gen;
+	dmar_file_init(f);
+	f->gen = gen + 1;
+}
+
+static int reserve(struct dmar_file *f, size_t extra)
+{
+	if (f->n + extra <= f->cap)
+		return 0;
+	size_t cap = f->cap ? f->cap : 8;
+	while (cap < f->n + extra)
+		cap *= 2;
+	struct dmar_extent *e = realloc(f->ext, cap * sizeof(*e));
+	if (!e)
+		return -ENOMEM;
+	f->ext = e;
+	f->cap = cap;
+	return 0;
+}
+
+/* Index of the extent containing off (off < size). */
+static size_t find(const struct dmar_file *f, uint64_t off)
+{
+	size_t lo = 0, hi = f->n;
+	while (hi - lo > 1) {
+		size_t mid = (lo + hi) / 2;
+		if (f->ext[mid].off <= off)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+static void insert_at(struct dmar_file *f, size_t i, const struct dmar_extent *e, size_t n)
+{
+	memmove(&f->ext[i + n], &f->ext[i], (f->n - i) * sizeof(*e));
+	memcpy(&f->ext[i], e, n * sizeof(*e));
+	f->n += n;
+}
+
+static void remove_at(struct dmar_file *f, size_t i, size_t n)
+{
+	memmove(&f->ext[i], &f->ext[i + n], (f->n - i - n) * sizeof(f->ext[0]));
+	f->n -= n;
+}
+
+/* Split so that an extent starts exactly at off (0 < off < size).  The
+ * second half of a chunk takes its own reference; a RAW extent is never
+ * split (it would share its allocation): its tail is copied out instead. */
+static int split_at(struct dmar_file *f, struct dmar_fsctx *c, uint64_t off)
+{
+	if (off == 0 || off >= f->size)
+		return 0;
+	size_t i = find(f, off);
+	struct dmar_extent *e = &f->ext[i];
+	if (e->off == off)
+		return 0;
+	uint64_t head = off - e->off;
+	struct dmar_extent t = *e;
+	t.off = off;
+	t.len = e->len - head;
+	if (e->kind == EXT_CHUNK) {
+		int r = dmar_store_ref_existing(c->arena, &e->id);
+		if (r < 0)
+			return r;
+		t.skip = e->skip + (uint32_t)head;
+	} else if (e->kind == EXT_RAW) {
+		uint64_t a;
+		int r = dmar_arena_alloc(c->arena, t.len, &a);
+		if (r < 0)
+			return r;
+		memcpy(dmar_arena_base(c->arena) + a, raw_ptr(c, e) + head, t.len);
+		t.aoff = a;
+		t.acap = t.len;
+	}
+	int r = reserve(f, 1);
+	if (r < 0) {
+		ext_drop(c, &t);
+		return r;
+	}
+	f->ext[i].len = head;
+	insert_at(f, i + 1, &t, 1);
+	return 0;
+}
+
+/* --- chunk payloads ---------------------------------------------------- */
+
+struct tls_codec {
+	ZSTD_CCtx *cctx;
+	ZSTD_DCtx *dctx, *dctx_pack;
+	struct dmar_bytepack *pack;
+	int level;
+	uint8_t *cache;          /* last decoded chunk */
+	struct dmar_id cache_id;
+	bool cache_valid;
+	uint8_t *zbuf;
+	size_t zcap;
+};
+
+static pthread_key_t tls_key;
+static pthread_once_t tls_once = PTHREAD_ONCE_INIT;
+
+static void tls_free(void *p)
+{
+	struct tls_codec *t = p;
+	ZSTD_freeCCtx(t->cctx);
+	ZSTD_freeDCtx(t->dctx);
+	ZSTD_freeDCtx(t->dctx_pack);
+	free(t->cache);
+	free(t->zbuf);
+	free(t);
+}
+
+static void tls_init(void)
+{
+	pthread_key_create(&tls_key, tls_free);
+}
+
+static void set_magicless(ZSTD_DCtx *d)
+{
+	ZSTD_DCtx_setParameter(d, ZSTD_d_format, ZSTD_f_zstd1_magicless);
+}
+
+/* Per-thread codec state: FUSE runs requests on several threads and each
+ * needs its own zstd contexts and decoded-chunk cache. */
+static struct tls_codec *tls(struct dmar_fsctx *c)
+{
+	pthread_once(&tls_once, tls_init);
+	struct tls_codec *t = pthread_getspecific(tls_key);
+	if (t && (t->pack != c->pack || t->level != c->level)) {
+		tls_free(t);
+		t = NULL;
+	}
+	if (!t) {
+		t = calloc(1, sizeof(*t));
+		if (!t)
+			return NULL;
+		t->cctx = ZSTD_createCCtx();
+		t->dctx = ZSTD_createDCtx();
+		t->cache = malloc(c->chunker.max);
+		t->zcap = ZSTD_compressBound(c->chunker.max);
+		t->zbuf = malloc(t->zcap);
+		t->pack = c->pack;
+		t->level = c->level;
+		if (!t->cctx || !t->dctx || !t->cache || !t->zbuf) {
+			tls_free(t);
+			return NULL;
+		}
+		ZSTD_CCtx_setParameter(t->cctx, ZSTD_c_format, ZSTD_f_zstd1_magicless);
+		ZSTD_CCtx_setParameter(t->cctx, ZSTD_c_checksumFlag, 0);
+		ZSTD_CCtx_setParameter(t->cctx, ZSTD_c_dictIDFlag, 0);
+		ZSTD_CCtx_setParameter(t->cctx, ZSTD_c_contentSizeFlag, 0);
+		ZSTD_CCtx_setParameter(t->cctx, ZSTD_c_compressionLevel, c->level);
+		set_magicless(t->dctx);
+		if (c->pack) {
+			t->dctx_pack = ZSTD_createDCtx();
+			const ZSTD_CDict *cd = (const ZSTD_CDict *)dmar_bytepack_cdict(c->pack, c->level);
+			const ZSTD_DDict *dd = (const ZSTD_DDict *)dmar_bytepack_ddict(c->pack);
+			if (!t->dctx_pack || !cd || !dd) {
+				tls_free(t);
+				return NULL;
+			}
+			set_magicless(t->dctx_pack);
+			ZSTD_CCtx_refCDict(t->cctx, cd);
+			ZSTD_DCtx_refDDict(t->dctx_pack, dd);
+		}
+		pthread_setspecific(tls_key, t);
+	}
+	return t;
+}
+
+/* The decoded bytes of a chunk extent's chunk. */
+static const uint8_t *chunk_bytes(struct dmar_fsctx *c, const struct dmar_extent *e, int *err)
+{
+	const uint8_t *p = dmar_arena_base(c->arena) + e->aoff;
+	if (e->enc == DMAR_CHUNK_RAW)
+		return p;
+	struct tls_codec *t = tls(c);
+	if (!t) {
+		*err = -ENOMEM;
+		return NULL;
+	}
+	if (t->cache_valid && !memcmp(t->cache_id.b, e->id.b, DMAR_HASH_SIZE))
+		return t->cache;
+	ZSTD_DCtx *d = e->enc == DMAR_CHUNK_ZSTD_PACK ? t->dctx_pack : t->dctx;
+	if (!d) {
+		*err = -EIO;
+		return NULL;
+	}
+	size_t r = ZSTD_decompressDCtx(d, t->cache, c->chunker.max, p, e->stored);
+	if (ZSTD_isError(r) || r != e->clen) {
+		/* Our own arena memory failed to decode: a bug or memory
+		 * corruption, never silently wrong data. */
+		t->cache_valid = false;
+		*err = -EIO;
+		return NULL;
+	}
+	t->cache_id = e->id;
+	t->cache_valid = true;
+	return t->cache;
+}
+
+/* --- read -------------------------------------------------------------- */
+
+ssize_t dmar_file_read(struct dmar_file *f, struct dmar_fsctx *c, uint64_t off, size_t len, uint8_t *buf)
+{
+	if (off >= f->size)
+		return 0;
+	if (len > f->size - off)
+		len = (size_t)(f->size - off);
+	size_t done = 0;
+	for (size_t i = find(f, off); done < len; i++) {
+		const struct dmar_extent *e = &f->ext[i];
+		uint64_t in = off + done - e->off;
+		size_t n = e->len - in < len - done ? (size_t)(e->len - in) : len - done;
+		if (e->kind == EXT_HOLE) {
+			memset(buf + done, 0, n);
+		} else if (e->kind == EXT_RAW) {
+			memcpy(buf + done, raw_ptr(c, e) + in, n);
+		} else {
+			int err = 0;
+			const uint8_t *p = chunk_bytes(c, e, &err);
+			if (!p)
+				return err;
+			memcpy(buf + done, p + e->skip + in, n);
+		}
+		done += n;
+	}
+	return (ssize_t)done;
+}
+
+static const uint8_t zero_page[65536];
+
+int dmar_file_read_iov(struct dmar_file *f, struct dmar_fsctx *c, uint64_t off, size_t len, struct iovec *iov,
+		       int max, uint8_t *scratch, size_t *got)
+{
+	*got = 0;
+	if (off >= f->size)
+		return 0;
+	if (len > f->size - off)
+		len = (size_t)(f->size - off);
+	size_t done = 0;
+	int n = 0;
+	for (size_t i = find(f, off); done < len && n < max; i++) {
+		const struct dmar_extent *e = &f->ext[i];
+		uint64_t in = off + done - e->off;
+		size_t k = e->len - in < len - done ? (size_t)(e->len - in) : len - done;
+		const uint8_t *p;
+		if (e->kind == EXT_HOLE) {
+			if (k > sizeof(zero_page))
+				k = sizeof(zero_page);
+			p = zero_page;
+		} else if (e->kind == EXT_RAW) {
+			p = raw_ptr(c, e) + in;
+		} else if (e->enc == DMAR_CHUNK_RAW) {
+			p = dmar_arena_base(c->arena) + e->aoff + e->skip + in;
+		} else {
+			int err = 0;
+			const uint8_t *d = chunk_bytes(c, e, &err);
+			if (!d)
+				return err;
+			/* The per-thread cache is reused by the next chunk:
+			 * copy out of it. */
+			memcpy(scratch + done, d + e->skip + in, k);
+			p = scratch + done;
+		}
+		iov[n].iov_base = (void *)p;
+		iov[n].iov_len = k;
+		n++;
+		done += k;
+		if (e->kind == EXT_HOLE && in + k < e->len)
+			i--; /* more of the same hole */
+	}
+	*got = done;
+	return n;
+}
+
+/* --- write ------------------------------------------------------------- */
+
+static int append_hole(struct dmar_file *f, uint64_t len)
+{
+	if (!len)
+		return 0;
+	if (f->n && f->ext[f->n - 1].kind == EXT_HOLE) {
+		f->ext[f->n - 1].len += len;
+	} else {
+		int r = reserve(f, 1);
+		if (r < 0)
+			return r;
+		struct dmar_extent h = { .off = f->size, .len = len, .kind = EXT_HOLE };
+		f->ext[f->n++] = h;
+	}
+	f->size += len;
+	return 0;
+}
+
+/* Turn the extent at i into RAW: a chunk is decoded whole (it is at most
+ * the max chunk size), so later writes to it land in place. */
+static int make_raw(struct dmar_file *f, struct dmar_fsctx *c, size_t i)
+{
+	struct dmar_extent *e = &f->ext[i];
+	uint64_t a;
+	int r = dmar_arena_alloc(c->arena, e->len, &a);
+	if (r < 0)
+		return r;
+	uint8_t *dst = dmar_arena_base(c->arena) + a;
+	if (e->kind == EXT_HOLE) {
+		memset(dst, 0, e->len);
+	} else {
+		int err = 0;
+		const uint8_t *p = chunk_bytes(c, e, &err);
+		if (!p) {
+			dmar_arena_release(c->arena, a, e->len);
+			return err;
+		}
+		memcpy(dst, p + e->skip, e->len);
+		dmar_store_unref(c->arena, &e->id);
+	}
+	e->kind = EXT_RAW;
+	e->aoff = a;
+	e->acap = e->len;
+	return 0;
+}
+
+/* Grow the file by len bytes of RAW memory whose contents the caller
+ * fills in next. */
+static int append_space(struct dmar_file *f, struct dmar_fsctx *c, size_t len)
+{
+	struct dmar_extent *last = f->n ? &f->ext[f->n - 1] : NULL;
+	if (last && last->kind == EXT_RAW && last->acap - last->len >= len) {
+		last->len += len;
+		f->size += len;
+		return 0;
+	}
+	int r = reserve(f, 1);
+	if (r < 0)
+		return r;
+	/* Room to grow: a sequential writer then fills one allocation with
+	 * many writes instead of one extent per write. */
+	uint64_t cap = len < APPEND_GRAIN ? APPEND_GRAIN : len, a;
+	r = dmar_arena_alloc(c->arena, cap, &a);
+	if (r == -ENOSPC && cap > len) {
+		cap = len;
+		r = dmar_arena_alloc(c->arena, cap, &a);
+	}
+	if (r < 0)
+		return r;
+	struct dmar_extent e = { .off = f->size, .len = len, .kind = EXT_RAW, .aoff = a, .acap = cap };
+	f->ext[f->n++] = e;
+	f->size += len;
+	return 0;
+}
+
+int dmar_file_write(struct dmar_file *f, struct dmar_fsctx *c, uint64_t off, const void *buf, size_t len)
+{
+	f->gen++;
+	const uint8_t *p = buf;
+	if (!len)
+		return 0;
+	if (off > UINT64_MAX - len)
+		return -EFBIG;
+	uint64_t end = off + len, old_size = f->size;
+	uint64_t stop = end < f->size ? end : f->size;
+	int r = 0;
+
+	/* First make room, then copy: a failure (ENOSPC) before any byte is
+	 * copied leaves the file's contents as they were.  Past the end the
+	 * file grows by a hole and fresh RAW space; inside it, HOLE and CHUNK
+	 * extents in the range become RAW (a hole only around the write, at
+	 * HOLE_GRAIN bounds; a chunk whole, so later writes land in place). */
+	if (off > f->size && (r = append_hole(f, off - f->size)) < 0)
+		goto fail;
+	if (end > f->size && (r = append_space(f, c, (size_t)(end - f->size))) < 0)
+		goto fail;
+	for (uint64_t pos = off; pos < stop;) {
+		size_t i = find(f, pos);
+		struct dmar_extent *e = &f->ext[i];
+		if (e->kind == EXT_HOLE) {
+			uint64_t g = HOLE_GRAIN;
+			uint64_t a = pos & ~(g - 1), b = (stop + g - 1) & ~(g - 1);
+			if (a < e->off)
+				a = e->off;
+			if (b > e->off + e->len)
+				b = e->off + e->len;
+			if (a > e->off || b < e->off + e->len) {
+				if ((r = split_at(f, c, a)) < 0 || (r = split_at(f, c, b)) < 0)
+					goto fail;
+				continue;
+			}
+		}
+		if (e->kind != EXT_RAW && (r = make_raw(f, c, i)) < 0)
+			goto fail;
+		pos = f->ext[i].off + f->ext[i].len;
+	}
+	f->dirty = true;
+	for (uint64_t pos = off; pos < end;) {
+		struct dmar_extent *e = &f->ext[find(f, pos)];
+		uint64_t in = pos - e->off;
+		uint64_t n = e->len - in < end - pos ? e->len - in : end - pos;
+		memcpy(raw_ptr(c, e) + in, p + (pos - off), n);
+		pos += n;
+	}
+	return 0;
+fail:
+	if (f->size > old_size)
+		dmar_file_truncate(f, c, old_size);
+	return r;
+}
+
+/* --- size, holes, allocation ------------------------------------------ */
+
+int dmar_file_truncate(struct dmar_file *f, struct dmar_fsctx *c, uint64_t size)
+{
+	f->gen++;
+	if (size >= f->size)
+		return append_hole(f, size - f->size);
+	if (size == 0) {
+		dmar_file_clear(f, c);
+		return 0;
+	}
+	size_t i = find(f, size);
+	struct dmar_extent *e = &f->ext[i];
+	size_t first_gone = i + 1;
+	if (e->off == size)
+		first_gone = i;
+	else
+		e->len = size - e->off; /* a RAW extent keeps its allocation */
+	for (size_t k = first_gone; k < f->n; k++)
+		ext_drop(c, &f->ext[k]);
+	f->n = first_gone;
+	f->size = size;
+	return 0;
+}
+
+int dmar_file_punch(struct dmar_file *f, struct dmar_fsctx *c, uint64_t off, uint64_t len)
+{
+	f->gen++;
+	if (off >= f->size || !len)
+		return 0;
+	uint64_t end = len > f->size - off ? f->size : off + len;
+	int r;
+	if ((r = reserve(f, 3)) < 0 || (r = split_at(f, c, off)) < 0 || (r = split_at(f, c, end)) < 0)
+		return r;
+	size_t i = find(f, off), j = i;
+	while (j < f->n && f->ext[j].off < end)
+		ext_drop(c, &f->ext[j++]);
+	struct dmar_extent h = { .off = off, .len = end - off, .kind = EXT_HOLE };
+	remove_at(f, i, j - i);
+	insert_at(f, i, &h, 1);
+	return 0;
+}
+
+int dmar_file_allocate(struct dmar_file *f, struct dmar_fsctx *c, uint64_t off, uint64_t len, bool keep_size)
+{
+	f->gen++;
+	if (!len)
+		return 0;
+	if (off > UINT64_MAX - len)
+		return -EFBIG;
+	uint64_t end = off + len, old_size = f->size;
+	int r;
+	if (!keep_size && end > f->size && (r = append_hole(f, end - f->size)) < 0)
+		return r;
+	uint64_t stop = end < f->size ? end : f->size;
+	/* Holes in range become zeroed RAW memory, so later writes cannot
+	 * fail for lack of space. */
+	for (uint64_t pos = off; pos < stop;) {
+		size_t i = find(f, pos);
+		struct dmar_extent *e = &f->ext[i];
+		if (e->kind == EXT_HOLE) {
+			if ((r = split_at(f, c, pos)) < 0 || (r = split_at(f, c, stop)) < 0)
+				goto fail;
+			i = find(f, pos);
+			if ((r = make_raw(f, c, i)) < 0)
+				goto fail;
+			e = &f->ext[i];
+		}
+		pos = e->off + e->len;
+	}
+	return 0;
+fail:
+	if (f->size > old_size)
+		dmar_file_truncate(f, c, old_size);
+	return r;
+}
+
+int dmar_file_seek(const struct dmar_file *f, uint64_t off, bool data, uint64_t *out)
+{
+	if (off >= f->size)
+		return -ENXIO;
+	for (size_t i = find(f, off); i < f->n; i++) {
+		const struct dmar_extent *e = &f->ext[i];
+		if ((e->kind != EXT_HOLE) == data) {
+			*out = e->off > off ? e->off : off;
+			return 0;
+		}
+	}
+	if (data)
+		return -ENXIO;
+	*out = f->size;
+	return 0;
+}
+
+/* --- encoding ---------------------------------------------------------- */
+
+/* Store one chunk, compressing it only when the store lacks it. */
+static int store_chunk(struct dmar_fsctx *c, const uint8_t *p, uint32_t len, struct dmar_extent *out)
+{
+	struct dmar_id id;
+	dmar_hash(p, len, &id);
+	struct dmar_chunk_info info;
+	int r = 0;
+	if (dmar_store_ref_existing(c->arena, &id) < 0) {
+		const void *payload = p;
+		uint32_t stored = len;
+		uint8_t enc = DMAR_CHUNK_RAW;
+		if (c->encode == DMAR_ENCODE_ZSTD) {
+			struct tls_codec *t = tls(c);
+			if (!t)
+				return -ENOMEM;
+			size_t z = ZSTD_compress2(t->cctx, t->zbuf, t->zcap, p, len);
+			/* Keep zstd only when it saves more than 1/16: a raw
+			 * chunk is read in place, a compressed one is decoded. */
+			if (!ZSTD_isError(z) && z < len - len / 16) {
+				payload = t->zbuf;
+				stored = (uint32_t)z;
+				enc = c->pack ? DMAR_CHUNK_ZSTD_PACK : DMAR_CHUNK_ZSTD;
+			}
+		}
+		bool added;
+		r = dmar_store_ref(c->arena, &id, enc, len, payload, stored, &added);
+		if (r < 0)
+			return r;
+	}
+	r = dmar_store_lookup(c->arena, &id, &info);
+	if (r < 0)
+		return r;
+	*out = (struct dmar_extent){ .len = len, .kind = EXT_CHUNK, .enc = info.enc, .clen = len,
+				     .stored = info.stored_len, .aoff = info.off, .id = id };
+	return 0;
+}
+
+struct run_plan {
+	size_t i, j;             /* RAW extents [i, j) of the file ... */
+	struct dmar_extent *out; /* ... become these chunk extents */
+	size_t nout;
+};
+
+struct dmar_encode_plan {
+	uint64_t gen;            /* the file's generation when planned */
+	struct run_plan *runs;
+	size_t n;
+};
+
+static void plan_free(struct dmar_encode_plan *p, struct dmar_fsctx *c, bool drop_refs)
+{
+	if (!p)
+		return;
+	for (size_t k = 0; k < p->n; k++) {
+		for (size_t m = 0; drop_refs && m < p->runs[k].nout; m++)
+			dmar_store_unref(c->arena, &p->runs[k].out[m].id);
+		free(p->runs[k].out);
+	}
+	free(p->runs);
+	free(p);
+}
+
+/* Cut, hash and store the bytes of RAW extents [i, j); the chunk extents
+ * (with their references taken) go to rp.  Reads the file only. */
+static int encode_run(const struct dmar_file *f, struct dmar_fsctx *c, size_t i, size_t j, struct run_plan *rp)
+{
+	uint64_t start = f->ext[i].off, total = 0;
+	for (size_t k = i; k < j; k++)
+		total += f->ext[k].len;
+	size_t wcap = ENCODE_WINDOW + c->chunker.max;
+	uint8_t *win = malloc(wcap);
+	struct dmar_extent *out = NULL;
+	size_t nout = 0, capout = 0;
+	if (!win)
+		return -ENOMEM;
+	size_t wlen = 0, k = i;
+	uint64_t kin = 0, fed = 0, cut = 0;
+	int r = 0;
+	while (cut < total) {
+		/* Fill the window from the run. */
+		while (wlen < wcap && k < j) {
+			const struct dmar_extent *e = &f->ext[k];
+			size_t n = e->len - kin < wcap - wlen ? (size_t)(e->len - kin) : wcap - wlen;
+			memcpy(win + wlen, raw_ptr(c, e) + kin, n);
+			wlen += n;
+			kin += n;
+			fed += n;
+			if (kin == e->len) {
+				k++;
+				kin = 0;
+			}
+		}
+		bool eof = fed == total;
+		size_t pos = 0;
+		while (pos < wlen) {
+			size_t n = dmar_chunker_next(&c->chunker, win + pos, wlen - pos, eof);
+			if (!n)
+				break;
+			if (nout == capout) {
+				capout = capout ? capout * 2 : 64;
+				struct dmar_extent *no = realloc(out, capout * sizeof(*no));
+				if (!no) {
+					r = -ENOMEM;
+					goto fail;
+				}
+				out = no;
+			}
+			if ((r = store_chunk(c, win + pos, (uint32_t)n, &out[nout])) < 0)
+				goto fail;
+			out[nout].off = start + cut;
+			nout++;
+			pos += n;
+			cut += n;
+		}
+		memmove(win, win + pos, wlen - pos);
+		wlen -= pos;
+	}
+	free(win);
+	*rp = (struct run_plan){ i, j, out, nout };
+	return 0;
+fail:
+	for (size_t m = 0; m < nout; m++)
+		dmar_store_unref(c->arena, &out[m].id);
+	free(out);
+	free(win);
+	return r;
+}
+
+int dmar_file_encode_prepare(const struct dmar_file *f, struct dmar_fsctx *c, struct dmar_encode_plan **out)
+{
+	*out = NULL;
+	if (!f->dirty || c->encode == DMAR_ENCODE_NONE)
+		return 0;
+	struct dmar_encode_plan *p = calloc(1, sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	p->gen = f->gen;
+	size_t cap = 0;
+	for (size_t i = 0; i < f->n;) {
+		if (f->ext[i].kind != EXT_RAW) {
+			i++;
+			continue;
+		}
+		size_t j = i;
+		while (j < f->n && f->ext[j].kind == EXT_RAW)
+			j++;
+		if (p->n == cap) {
+			cap = cap ? cap * 2 : 4;
+			struct run_plan *nr = realloc(p->runs, cap * sizeof(*nr));
+			if (!nr) {
+				plan_free(p, c, true);
+				return -ENOMEM;
+			}
+			p->runs = nr;
+		}
+		int r = encode_run(f, c, i, j, &p->runs[p->n]);
+		if (r < 0) {
+			/* ENOSPC while storing: the file stays RAW, which is
+			 * correct, only not encoded. */
+			plan_free(p, c, true);
+			return r;
+		}
+		p->n++;
+		i = j;
+	}
+	*out = p;
+	return 0;
+}
+
+int dmar_file_encode_commit(struct dmar_file *f, struct dmar_fsctx *c, struct dmar_encode_plan *p)
+{
+	if (!p)
+		return 0;
+	if (p->gen != f->gen) {
+		plan_free(p, c, true);
+		return -EAGAIN;
+	}
+	size_t extra = 0;
+	for (size_t k = 0; k < p->n; k++)
+		extra += p->runs[k].nout;
+	int r = reserve(f, extra);
+	if (r < 0) {
+		plan_free(p, c, true);
+		return r;
+	}
+	/* Last run first, so the indices of the earlier ones stay valid. */
+	for (size_t k = p->n; k-- > 0;) {
+		struct run_plan *rp = &p->runs[k];
+		for (size_t m = rp->i; m < rp->j; m++)
+			ext_drop(c, &f->ext[m]);
+		remove_at(f, rp->i, rp->j - rp->i);
+		insert_at(f, rp->i, rp->out, rp->nout);
+	}
+	f->dirty = false;
+	f->gen++;
+	plan_free(p, c, false);
+	return 0;
+}
+
+int dmar_file_encode(struct dmar_file *f, struct dmar_fsctx *c)
+{
+	struct dmar_encode_plan *p;
+	int r = dmar_file_encode_prepare(f, c, &p);
+	if (r < 0)
+		return r;
+	return dmar_file_encode_commit(f, c, p);
+}
+
+/* --- sharing (copy_file_range) ----------------------------------------- */
+
+ssize_t dmar_file_share(struct dmar_file *dst, struct dmar_file *src, struct dmar_fsctx *c, uint64_t doff,
+			uint64_t soff, uint64_t len)
+{
+	dst->gen++;
+	if (soff >= src->size || !len)
+		return 0;
+	if (len > src->size - soff)
+		len = src->size - soff;
+	int r;
+	if (src->dirty && c->encode != DMAR_ENCODE_NONE && (r = dmar_file_encode(src, c)) < 0)
+		return r;
+	/* Collect src's extents for the range, taking references. */
+	struct dmar_extent *tmp = NULL;
+	size_t nt = 0, capt = 0;
+	uint64_t done = 0;
+	for (size_t i = find(src, soff); done < len; i++) {
+		const struct dmar_extent *e = &src->ext[i];
+		uint64_t in = soff + done - e->off;
+		uint64_t n = e->len - in < len - done ? e->len - in : len - done;
+		if (nt == capt) {
+			capt = capt ? capt * 2 : 16;
+			struct dmar_extent *nt2 = realloc(tmp, capt * sizeof(*tmp));
+			if (!nt2) {
+				r = -ENOMEM;
+				goto fail;
+			}
+			tmp = nt2;
+		}
+		struct dmar_extent x = *e;
+		x.off = doff + done;
+		x.len = n;
+		if (e->kind == EXT_CHUNK) {
+			if ((r = dmar_store_ref_existing(c->arena, &e->id)) < 0)
+				goto fail;
+			x.skip = e->skip + (uint32_t)in;
+		} else if (e->kind == EXT_RAW) {
+			/* Only with encode=none: the bytes are copied. */
+			uint64_t a;
+			if ((r = dmar_arena_alloc(c->arena, n, &a)) < 0)
+				goto fail;
+			memcpy(dmar_arena_base(c->arena) + a, raw_ptr(c, e) + in, n);
+			x.aoff = a;
+			x.acap = n;
+		}
+		tmp[nt++] = x;
+		done += n;
+	}
+	/* Make room in dst: [doff, doff+len) becomes exactly tmp. */
+	if (doff > dst->size && (r = append_hole(dst, doff - dst->size)) < 0)
+		goto fail;
+	uint64_t end = doff + len;
+	if ((r = reserve(dst, nt + 3)) < 0 || (r = split_at(dst, c, doff)) < 0 ||
+	    (end < dst->size && (r = split_at(dst, c, end)) < 0))
+		goto fail;
+	size_t i = doff < dst->size ? find(dst, doff) : dst->n, j = i;
+	while (j < dst->n && dst->ext[j].off < end)
+		ext_drop(c, &dst->ext[j++]);
+	remove_at(dst, i, j - i);
+	insert_at(dst, i, tmp, nt);
+	if (end > dst->size)
+		dst->size = end;
+	free(tmp);
+	return (ssize_t)len;
+fail:
+	for (size_t m = 0; m < nt; m++)
+		ext_drop(c, &tmp[m]);
+	free(tmp);
+	return r;
+}
+
+void dmar_file_stats(const struct dmar_file *f, struct dmar_fsctx *c, struct dmar_file_stats *st)
+{
+	(void)c;
+	memset(st, 0, sizeof(*st));
+	st->logical = f->size;
+	for (size_t i = 0; i < f->n; i++) {
+		const struct dmar_extent *e = &f->ext[i];
+		if (e->kind == EXT_HOLE) {
+			st->holes += e->len;
+		} else if (e->kind == EXT_RAW) {
+			st->raw += e->len;
+			st->stored += e->acap;
+		} else {
+			st->chunked += e->len;
+			st->chunks++;
+			st->stored += e->stored;
+		}
+	}
+}

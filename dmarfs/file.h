@@ -1,0 +1,110 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * file.h - the contents of a regular file in the arena.
+ *
+ * A file is an ordered list of extents covering [0, size):
+ *   HOLE   zeros, no memory (sparse files, truncate up, punched holes);
+ *   RAW    bytes in an arena allocation: where writes land, fast and
+ *          unencoded ("move bytes when it is convenient");
+ *   CHUNK  a range of a chunk in the arena's chunk store, shared by every
+ *          extent and file that holds the same content.
+ * Writes replace exactly the bytes they cover with RAW extents (a chunk
+ * that is partly overwritten stays shared for the rest), so rewriting a
+ * region of a big encoded file costs work proportional to the region.
+ * dmar_file_encode turns runs of RAW extents into chunks: content-defined
+ * cut, SHA-256, dedup against the store, optional zstd.
+ *
+ * Not thread-safe: the caller holds the inode's lock (shared for read and
+ * stat, exclusive for the rest).
+ */
+#ifndef DMARFS_FILE_H
+#define DMARFS_FILE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#include "arena.h"
+#include "bytepack.h"
+#include "chunker.h"
+#include "hash.h"
+
+enum dmar_encode_mode {
+	DMAR_ENCODE_NONE = 0,  /* keep RAW extents, never chunk */
+	DMAR_ENCODE_DEDUP = 1, /* chunk + dedup, payloads stored raw (reads in place) */
+	DMAR_ENCODE_ZSTD = 2,  /* chunk + dedup + zstd (with the byte pack if any) */
+};
+
+/* What every file of one mount shares. */
+struct dmar_fsctx {
+	struct dmar_arena *arena;
+	struct dmar_chunker chunker;
+	enum dmar_encode_mode encode;
+	int level;
+	struct dmar_bytepack *pack; /* optional */
+};
+
+struct dmar_extent;
+
+struct dmar_file {
+	uint64_t size;
+	struct dmar_extent *ext; /* sorted by offset, contiguous, covering [0, size) */
+	size_t n, cap;
+	bool dirty;              /* has RAW extents not yet encoded */
+	uint64_t gen;            /* bumped by every change of the extents */
+};
+
+void dmar_file_init(struct dmar_file *f);
+/* Drop every extent (references, allocations). */
+void dmar_file_clear(struct dmar_file *f, struct dmar_fsctx *c);
+
+/* Copy up to len bytes at off into buf; returns bytes (0 at EOF) or -errno. */
+ssize_t dmar_file_read(struct dmar_file *f, struct dmar_fsctx *c, uint64_t off, size_t len, uint8_t *buf);
+/* The same without copying: fills up to max iovecs pointing into the
+ * arena (valid while the caller holds the inode lock and the file does not
+ * change); holes point at a shared zero page, compressed chunks are decoded
+ * into scratch (which needs len bytes).  Returns the iovec count and sets
+ * *got to the bytes covered (0 at EOF), or -errno. */
+int dmar_file_read_iov(struct dmar_file *f, struct dmar_fsctx *c, uint64_t off, size_t len, struct iovec *iov,
+		       int max, uint8_t *scratch, size_t *got);
+/* Write len bytes at off (the file grows as needed).  -ENOSPC leaves the
+ * file as it was. */
+int dmar_file_write(struct dmar_file *f, struct dmar_fsctx *c, uint64_t off, const void *buf, size_t len);
+/* Set the size: shrinking drops extents, growing adds a hole. */
+int dmar_file_truncate(struct dmar_file *f, struct dmar_fsctx *c, uint64_t size);
+/* Reserve memory for [off, off+len) (holes become zeroed RAW); with
+ * keep_size the size does not change.  -ENOSPC if it does not fit. */
+int dmar_file_allocate(struct dmar_file *f, struct dmar_fsctx *c, uint64_t off, uint64_t len, bool keep_size);
+/* Make [off, off+len) a hole, freeing what it held (size unchanged). */
+int dmar_file_punch(struct dmar_file *f, struct dmar_fsctx *c, uint64_t off, uint64_t len);
+/* Make dst's [doff, doff+len) share src's [soff, soff+len) (which is
+ * encoded first if dirty): no bytes are copied for encoded data.  Returns
+ * the bytes copied (less than len at src's EOF) or -errno. */
+ssize_t dmar_file_share(struct dmar_file *dst, struct dmar_file *src, struct dmar_fsctx *c, uint64_t doff,
+			uint64_t soff, uint64_t len);
+/* Encode all RAW extents into chunks. */
+int dmar_file_encode(struct dmar_file *f, struct dmar_fsctx *c);
+
+/* The same in two steps, so that the long part needs only a shared lock:
+ * prepare reads the file (cut, hash, store the chunks: *plan is NULL when
+ * there is nothing to do); commit, under the exclusive lock, swaps the
+ * chunks in, or returns -EAGAIN (dropping the plan) if the file changed
+ * since prepare.  Either way commit frees the plan. */
+struct dmar_encode_plan;
+int dmar_file_encode_prepare(const struct dmar_file *f, struct dmar_fsctx *c, struct dmar_encode_plan **plan);
+int dmar_file_encode_commit(struct dmar_file *f, struct dmar_fsctx *c, struct dmar_encode_plan *plan);
+
+struct dmar_file_stats {
+	uint64_t logical;   /* size */
+	uint64_t raw;       /* bytes in RAW extents */
+	uint64_t chunked;   /* bytes in CHUNK extents */
+	uint64_t holes;
+	uint64_t chunks;    /* CHUNK extents */
+	uint64_t stored;    /* arena bytes this file's extents point at (shared ones counted fully) */
+};
+void dmar_file_stats(const struct dmar_file *f, struct dmar_fsctx *c, struct dmar_file_stats *st);
+/* Bytes from off to the next data (SEEK_DATA) or hole (SEEK_HOLE). */
+int dmar_file_seek(const struct dmar_file *f, uint64_t off, bool data, uint64_t *out);
+
+#endif /* DMARFS_FILE_H */

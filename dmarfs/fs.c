@@ -1,0 +1,1202 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The FUSE low-level operations, shaped like libfuse's passthrough_ll:
+ * a fuse_ino_t is the address of our struct inode (the root is
+ * FUSE_ROOT_ID), and the kernel's lookup count keeps it alive.
+ *
+ * Locking: fs->ns (a mutex) protects the namespace (directory entries,
+ * nlink, nlookup, inode counts); each inode's rwlock protects its
+ * attributes and contents.  Namespace operations take fs->ns, then at most
+ * the inode locks they change; data operations take only the inode lock.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/xattr.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fs.h"
+
+#define ATTR_TIMEOUT 1.0
+#define ENTRY_TIMEOUT 1.0
+#define XATTR_PREFIX "user.dmar."
+
+struct xattr {
+	char *name;
+	void *value;
+	size_t len;
+};
+
+struct dirent_ {
+	char *name;
+	struct inode *ino;
+	uint64_t cookie;     /* readdir offset: increasing, never reused */
+};
+
+struct inode {
+	uint64_t st_ino;
+	uint64_t nlookup;    /* protected by fs->ns */
+	nlink_t nlink;       /* protected by fs->ns */
+	pthread_rwlock_t lock;
+	/* the rest: protected by lock */
+	mode_t mode;
+	uid_t uid;
+	gid_t gid;
+	dev_t rdev;
+	struct timespec atime, mtime, ctime;
+	unsigned opens;
+	struct xattr *xa;
+	size_t nxa;
+	/* directories (entries protected by fs->ns) */
+	struct inode *parent;
+	struct dirent_ *ents;
+	size_t nents, capents;
+	uint64_t next_cookie;
+	/* regular files */
+	struct dmar_file f;
+	/* symlinks */
+	char *target;
+};
+
+struct dmarfs {
+	struct dmarfs_config cfg;
+	pthread_mutex_t ns;
+	struct inode *root;
+	uint64_t next_ino;   /* protected by ns */
+	uint64_t inodes;     /* protected by ns */
+};
+
+static struct dmarfs *FS(fuse_req_t req)
+{
+	return fuse_req_userdata(req);
+}
+
+static struct inode *INO(fuse_req_t req, fuse_ino_t ino)
+{
+	return ino == FUSE_ROOT_ID ? FS(req)->root : (struct inode *)(uintptr_t)ino;
+}
+
+static fuse_ino_t NODEID(struct dmarfs *fs, struct inode *i)
+{
+	return i == fs->root ? FUSE_ROOT_ID : (fuse_ino_t)(uintptr_t)i;
+}
+
+static struct timespec now(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_REALTIME, &t);
+	return t;
+}
+
+/* ---- inodes ------------------------------------------------------------ */
+
+/* Called with fs->ns held. */
+static struct inode *inode_new(struct dmarfs *fs, mode_t mode, uid_t uid, gid_t gid)
+{
+	if (fs->inodes >= fs->cfg.nr_inodes)
+		return NULL;
+	struct inode *i = calloc(1, sizeof(*i));
+	if (!i)
+		return NULL;
+	pthread_rwlock_init(&i->lock, NULL);
+	i->st_ino = fs->next_ino++;
+	i->mode = mode;
+	i->uid = uid;
+	i->gid = gid;
+	i->atime = i->mtime = i->ctime = now();
+	i->next_cookie = 3; /* 1 and 2 are "." and ".." */
+	dmar_file_init(&i->f);
+	fs->inodes++;
+	return i;
+}
+
+static void inode_destroy(struct dmarfs *fs, struct inode *i)
+{
+	dmar_file_clear(&i->f, &fs->cfg.ctx);
+	for (size_t k = 0; k < i->nxa; k++) {
+		free(i->xa[k].name);
+		free(i->xa[k].value);
+	}
+	free(i->xa);
+	for (size_t k = 0; k < i->nents; k++)
+		free(i->ents[k].name);
+	free(i->ents);
+	free(i->target);
+	pthread_rwlock_destroy(&i->lock);
+	free(i);
+	fs->inodes--;
+}
+
+/* An inode goes when no name and no kernel reference is left (an unlinked
+ * file stays readable while open: the kernel holds a lookup on it).
+ * Called with fs->ns held. */
+static void inode_maybe_free(struct dmarfs *fs, struct inode *i)
+{
+	if (i != fs->root && i->nlookup == 0 && i->nlink == 0)
+		inode_destroy(fs, i);
+}
+
+static void fill_stat(const struct inode *i, struct stat *st)
+{
+	memset(st, 0, sizeof(*st));
+	st->st_ino = i->st_ino;
+	st->st_mode = i->mode;
+	st->st_nlink = i->nlink;
+	st->st_uid = i->uid;
+	st->st_gid = i->gid;
+	st->st_rdev = i->rdev;
+	st->st_blksize = 4096;
+	if (S_ISREG(i->mode)) {
+		st->st_size = (off_t)i->f.size;
+		struct dmar_file_stats fst;
+		dmar_file_stats(&i->f, NULL, &fst);
+		st->st_blocks = (blkcnt_t)((fst.raw + fst.chunked + 511) / 512);
+	} else if (S_ISLNK(i->mode)) {
+		st->st_size = (off_t)strlen(i->target);
+	} else if (S_ISDIR(i->mode)) {
+		st->st_size = (off_t)(i->nents + 2) * 32;
+	}
+	st->st_atim = i->atime;
+	st->st_mtim = i->mtime;
+	st->st_ctim = i->ctime;
+}
+
+/* Reply with an entry, taking a lookup reference.  ns held. */
+static void reply_entry(fuse_req_t req, struct dmarfs *fs, struct inode *i)
+{
+	struct fuse_entry_param e;
+	memset(&e, 0, sizeof(e));
+	i->nlookup++;
+	e.ino = NODEID(fs, i);
+	e.attr_timeout = ATTR_TIMEOUT;
+	e.entry_timeout = ENTRY_TIMEOUT;
+	pthread_rwlock_rdlock(&i->lock);
+	fill_stat(i, &e.attr);
+	pthread_rwlock_unlock(&i->lock);
+	if (fuse_reply_entry(req, &e) != 0)
+		i->nlookup--; /* the kernel never got it */
+}
+
+/* ---- directories (ns held) -------------------------------------------- */
+
+static struct dirent_ *dir_find(struct inode *d, const char *name)
+{
+	for (size_t k = 0; k < d->nents; k++)
+		if (!strcmp(d->ents[k].name, name))
+			return &d->ents[k];
+	return NULL;
+}
+
+static int dir_add(struct inode *d, const char *name, struct inode *i)
+{
+	if (strlen(name) > NAME_MAX)
+		return -ENAMETOOLONG;
+	if (d->nents == d->capents) {
+		size_t c = d->capents ? d->capents * 2 : 8;
+		struct dirent_ *n = realloc(d->ents, c * sizeof(*n));
+		if (!n)
+			return -ENOMEM;
+		d->ents = n;
+		d->capents = c;
+	}
+	char *nm = strdup(name);
+	if (!nm)
+		return -ENOMEM;
+	d->ents[d->nents++] = (struct dirent_){ nm, i, d->next_cookie++ };
+	return 0;
+}
+
+static void dir_remove(struct inode *d, struct dirent_ *e)
+{
+	size_t k = (size_t)(e - d->ents);
+	free(e->name);
+	memmove(&d->ents[k], &d->ents[k + 1], (d->nents - k - 1) * sizeof(*e));
+	d->nents--;
+}
+
+static void touch_dir(struct inode *d)
+{
+	pthread_rwlock_wrlock(&d->lock);
+	d->mtime = d->ctime = now();
+	pthread_rwlock_unlock(&d->lock);
+}
+
+/* ---- operations ----------------------------------------------------- */
+
+static void op_init(void *userdata, struct fuse_conn_info *conn)
+{
+	(void)userdata;
+	/* No writeback cache: every write reaches the daemon before write()
+	 * returns, so a full arena is ENOSPC from write() itself, st_blocks
+	 * and SEEK_DATA/SEEK_HOLE see all data, and the kernel still caches
+	 * pages for reads (keep_cache: we are the only writer).  Large writes
+	 * arrive as up to max_write bytes at a time. */
+	conn->want &= ~(unsigned)FUSE_CAP_WRITEBACK_CACHE;
+	if (conn->capable & FUSE_CAP_PARALLEL_DIROPS)
+		conn->want |= FUSE_CAP_PARALLEL_DIROPS;
+	conn->want &= ~(unsigned)FUSE_CAP_POSIX_LOCKS; /* the kernel handles locks locally */
+	conn->want &= ~(unsigned)FUSE_CAP_FLOCK_LOCKS;
+	conn->max_write = 1u << 20;
+	conn->max_readahead = 1u << 20;
+}
+
+static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	struct dmarfs *fs = FS(req);
+	struct inode *d = INO(req, parent);
+	pthread_mutex_lock(&fs->ns);
+	struct dirent_ *e = S_ISDIR(d->mode) ? dir_find(d, name) : NULL;
+	if (!e) {
+		pthread_mutex_unlock(&fs->ns);
+		/* A negative entry with a timeout of 0: creates elsewhere are
+		 * seen at once. */
+		fuse_reply_err(req, S_ISDIR(d->mode) ? ENOENT : ENOTDIR);
+		return;
+	}
+	reply_entry(req, fs, e->ino);
+	pthread_mutex_unlock(&fs->ns);
+}
+
+static void forget_one(struct dmarfs *fs, struct inode *i, uint64_t n)
+{
+	i->nlookup = i->nlookup > n ? i->nlookup - n : 0;
+	inode_maybe_free(fs, i);
+}
+
+static void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
+{
+	struct dmarfs *fs = FS(req);
+	pthread_mutex_lock(&fs->ns);
+	forget_one(fs, INO(req, ino), nlookup);
+	pthread_mutex_unlock(&fs->ns);
+	fuse_reply_none(req);
+}
+
+static void op_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_data *f)
+{
+	struct dmarfs *fs = FS(req);
+	pthread_mutex_lock(&fs->ns);
+	for (size_t k = 0; k < count; k++)
+		forget_one(fs, INO(req, f[k].ino), f[k].nlookup);
+	pthread_mutex_unlock(&fs->ns);
+	fuse_reply_none(req);
+}
+
+/* nlink belongs to the namespace lock; never wait for an inode lock
+ * while holding it. */
+static nlink_t get_nlink(struct dmarfs *fs, struct inode *i)
+{
+	pthread_mutex_lock(&fs->ns);
+	nlink_t n = i->nlink;
+	pthread_mutex_unlock(&fs->ns);
+	return n;
+}
+
+static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	(void)fi;
+	struct inode *i = INO(req, ino);
+	struct stat st;
+	pthread_rwlock_rdlock(&i->lock);
+	fill_stat(i, &st);
+	pthread_rwlock_unlock(&i->lock);
+	st.st_nlink = get_nlink(FS(req), i);
+	fuse_reply_attr(req, &st, ATTR_TIMEOUT);
+}
+
+static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set, struct fuse_file_info *fi)
+{
+	(void)fi;
+	struct dmarfs *fs = FS(req);
+	struct inode *i = INO(req, ino);
+	struct stat st;
+	int r = 0;
+	pthread_rwlock_wrlock(&i->lock);
+	struct timespec t = now();
+	if (to_set & FUSE_SET_ATTR_SIZE) {
+		if (!S_ISREG(i->mode))
+			r = S_ISDIR(i->mode) ? -EISDIR : -EINVAL;
+		else if ((r = dmar_file_truncate(&i->f, &fs->cfg.ctx, (uint64_t)attr->st_size)) == 0)
+			i->mtime = t;
+	}
+	if (!r && (to_set & FUSE_SET_ATTR_MODE))
+		i->mode = (i->mode & S_IFMT) | (attr->st_mode & 07777);
+	if (!r && (to_set & FUSE_SET_ATTR_UID))
+		i->uid = attr->st_uid;
+	if (!r && (to_set & FUSE_SET_ATTR_GID))
+		i->gid = attr->st_gid;
+	if (!r && (to_set & FUSE_SET_ATTR_ATIME))
+		i->atime = (to_set & FUSE_SET_ATTR_ATIME_NOW) ? t : attr->st_atim;
+	if (!r && (to_set & FUSE_SET_ATTR_MTIME))
+		i->mtime = (to_set & FUSE_SET_ATTR_MTIME_NOW) ? t : attr->st_mtim;
+	if (!r)
+		i->ctime = (to_set & FUSE_SET_ATTR_CTIME) ? attr->st_ctim : t;
+	fill_stat(i, &st);
+	pthread_rwlock_unlock(&i->lock);
+	st.st_nlink = get_nlink(fs, i);
+	if (r)
+		fuse_reply_err(req, -r);
+	else
+		fuse_reply_attr(req, &st, ATTR_TIMEOUT);
+}
+
+/* Make a new node under parent; reply with its entry (or open it). */
+static void make_node(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev,
+		      const char *link, struct fuse_file_info *fi)
+{
+	struct dmarfs *fs = FS(req);
+	struct inode *d = INO(req, parent);
+	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+	int r = 0;
+	pthread_mutex_lock(&fs->ns);
+	if (!S_ISDIR(d->mode)) {
+		r = -ENOTDIR;
+	} else if (d->nlink == 0) {
+		r = -ENOENT; /* removed directory */
+	} else if (dir_find(d, name)) {
+		r = -EEXIST;
+	} else {
+		gid_t gid = ctx->gid;
+		pthread_rwlock_rdlock(&d->lock);
+		if (d->mode & S_ISGID) {
+			gid = d->gid;
+			if (S_ISDIR(mode))
+				mode |= S_ISGID;
+		}
+		pthread_rwlock_unlock(&d->lock);
+		struct inode *i = inode_new(fs, mode, ctx->uid, gid);
+		if (!i) {
+			r = -ENOSPC;
+		} else {
+			i->rdev = rdev;
+			i->nlink = S_ISDIR(mode) ? 2 : 1;
+			i->parent = d;
+			if (link && !(i->target = strdup(link)))
+				r = -ENOMEM;
+			if (!r)
+				r = dir_add(d, name, i);
+			if (r) {
+				i->nlink = 0;
+				inode_destroy(fs, i);
+			} else {
+				if (S_ISDIR(mode))
+					d->nlink++;
+				touch_dir(d);
+				if (fi) {
+					i->opens++;
+					fi->keep_cache = 1;
+					struct fuse_entry_param e;
+					memset(&e, 0, sizeof(e));
+					i->nlookup++;
+					e.ino = NODEID(fs, i);
+					e.attr_timeout = ATTR_TIMEOUT;
+					e.entry_timeout = ENTRY_TIMEOUT;
+					fill_stat(i, &e.attr);
+					if (fuse_reply_create(req, &e, fi) != 0) {
+						i->nlookup--;
+						i->opens--;
+					}
+				} else {
+					reply_entry(req, fs, i);
+				}
+			}
+		}
+	}
+	pthread_mutex_unlock(&fs->ns);
+	if (r)
+		fuse_reply_err(req, -r);
+}
+
+static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev)
+{
+	make_node(req, parent, name, mode, rdev, NULL, NULL);
+}
+
+static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
+{
+	make_node(req, parent, name, S_IFDIR | (mode & 07777), 0, NULL, NULL);
+}
+
+static void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name)
+{
+	make_node(req, parent, name, S_IFLNK | 0777, 0, link, NULL);
+}
+
+static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, struct fuse_file_info *fi)
+{
+	make_node(req, parent, name, S_IFREG | (mode & 07777), 0, NULL, fi);
+}
+
+static void op_readlink(fuse_req_t req, fuse_ino_t ino)
+{
+	struct inode *i = INO(req, ino);
+	if (!S_ISLNK(i->mode)) {
+		fuse_reply_err(req, EINVAL);
+		return;
+	}
+	fuse_reply_readlink(req, i->target);
+}
+
+static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char *newname)
+{
+	struct dmarfs *fs = FS(req);
+	struct inode *i = INO(req, ino), *d = INO(req, newparent);
+	int r = 0;
+	pthread_mutex_lock(&fs->ns);
+	if (S_ISDIR(i->mode))
+		r = -EPERM;
+	else if (i->nlink == 0)
+		r = -ENOENT;
+	else if (dir_find(d, newname))
+		r = -EEXIST;
+	else if ((r = dir_add(d, newname, i)) == 0) {
+		i->nlink++;
+		pthread_rwlock_wrlock(&i->lock);
+		i->ctime = now();
+		pthread_rwlock_unlock(&i->lock);
+		touch_dir(d);
+		reply_entry(req, fs, i);
+	}
+	pthread_mutex_unlock(&fs->ns);
+	if (r)
+		fuse_reply_err(req, -r);
+}
+
+/* Drop the name e from d.  ns held. */
+static void unlink_entry(struct dmarfs *fs, struct inode *d, struct dirent_ *e)
+{
+	struct inode *i = e->ino;
+	dir_remove(d, e);
+	if (S_ISDIR(i->mode)) {
+		i->nlink = 0;
+		d->nlink--;
+	} else {
+		i->nlink--;
+	}
+	pthread_rwlock_wrlock(&i->lock);
+	i->ctime = now();
+	pthread_rwlock_unlock(&i->lock);
+	touch_dir(d);
+	inode_maybe_free(fs, i);
+}
+
+static void remove_name(fuse_req_t req, fuse_ino_t parent, const char *name, bool dir)
+{
+	struct dmarfs *fs = FS(req);
+	struct inode *d = INO(req, parent);
+	int r = 0;
+	pthread_mutex_lock(&fs->ns);
+	struct dirent_ *e = dir_find(d, name);
+	if (!e)
+		r = -ENOENT;
+	else if (dir && !S_ISDIR(e->ino->mode))
+		r = -ENOTDIR;
+	else if (!dir && S_ISDIR(e->ino->mode))
+		r = -EISDIR;
+	else if (dir && e->ino->nents)
+		r = -ENOTEMPTY;
+	else
+		unlink_entry(fs, d, e);
+	pthread_mutex_unlock(&fs->ns);
+	fuse_reply_err(req, -r);
+}
+
+static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	remove_name(req, parent, name, false);
+}
+
+static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	remove_name(req, parent, name, true);
+}
+
+/* Is a an ancestor of (or equal to) b?  ns held. */
+static bool is_ancestor(struct dmarfs *fs, struct inode *a, struct inode *b)
+{
+	for (struct inode *x = b; x; x = x == fs->root ? NULL : x->parent)
+		if (x == a)
+			return true;
+	return false;
+}
+
+static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
+		      const char *newname, unsigned int flags)
+{
+	struct dmarfs *fs = FS(req);
+	struct inode *d = INO(req, parent), *nd = INO(req, newparent);
+	int r = 0;
+	if (flags & ~(unsigned)(RENAME_NOREPLACE | RENAME_EXCHANGE) ||
+	    ((flags & RENAME_NOREPLACE) && (flags & RENAME_EXCHANGE))) {
+		fuse_reply_err(req, EINVAL);
+		return;
+	}
+	pthread_mutex_lock(&fs->ns);
+	struct dirent_ *e = dir_find(d, name), *t = dir_find(nd, newname);
+	if (!e) {
+		r = -ENOENT;
+		goto out;
+	}
+	struct inode *i = e->ino;
+	if (t && t->ino == i)
+		goto out; /* same inode: nothing to do (POSIX) */
+	if ((flags & RENAME_NOREPLACE) && t) {
+		r = -EEXIST;
+		goto out;
+	}
+	if (flags & RENAME_EXCHANGE) {
+		if (!t) {
+			r = -ENOENT;
+			goto out;
+		}
+		struct inode *j = t->ino;
+		if ((S_ISDIR(i->mode) && is_ancestor(fs, i, nd)) || (S_ISDIR(j->mode) && is_ancestor(fs, j, d))) {
+			r = -EINVAL;
+			goto out;
+		}
+		e->ino = j;
+		t->ino = i;
+		if (S_ISDIR(i->mode) != S_ISDIR(j->mode) && d != nd) {
+			int dn = S_ISDIR(i->mode) ? 1 : -1;
+			d->nlink -= dn;
+			nd->nlink += dn;
+		}
+		i->parent = nd;
+		j->parent = d;
+		goto touch;
+	}
+	if (S_ISDIR(i->mode) && is_ancestor(fs, i, nd)) {
+		r = -EINVAL;
+		goto out;
+	}
+	if (t) {
+		struct inode *j = t->ino;
+		if (S_ISDIR(i->mode) && !S_ISDIR(j->mode)) {
+			r = -ENOTDIR;
+			goto out;
+		}
+		if (!S_ISDIR(i->mode) && S_ISDIR(j->mode)) {
+			r = -EISDIR;
+			goto out;
+		}
+		if (S_ISDIR(j->mode) && j->nents) {
+			r = -ENOTEMPTY;
+			goto out;
+		}
+		/* Replace atomically: the name points at i at once. */
+		t->ino = i;
+		if (S_ISDIR(j->mode)) {
+			j->nlink = 0;
+			nd->nlink--;
+		} else {
+			j->nlink--;
+		}
+		inode_maybe_free(fs, j);
+		e = dir_find(d, name);
+		dir_remove(d, e);
+	} else {
+		if ((r = dir_add(nd, newname, i)) < 0)
+			goto out;
+		e = dir_find(d, name);
+		dir_remove(d, e);
+	}
+	if (S_ISDIR(i->mode) && d != nd) {
+		d->nlink--;
+		nd->nlink++;
+	}
+	i->parent = nd;
+touch:
+	pthread_rwlock_wrlock(&i->lock);
+	i->ctime = now();
+	pthread_rwlock_unlock(&i->lock);
+	touch_dir(d);
+	if (nd != d)
+		touch_dir(nd);
+out:
+	pthread_mutex_unlock(&fs->ns);
+	fuse_reply_err(req, -r);
+}
+
+static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct dmarfs *fs = FS(req);
+	struct inode *i = INO(req, ino);
+	pthread_rwlock_wrlock(&i->lock);
+	if (S_ISDIR(i->mode)) {
+		pthread_rwlock_unlock(&i->lock);
+		fuse_reply_err(req, EISDIR);
+		return;
+	}
+	int r = 0;
+	if (fi->flags & O_TRUNC) {
+		r = dmar_file_truncate(&i->f, &fs->cfg.ctx, 0);
+		i->mtime = i->ctime = now();
+	}
+	if (!r)
+		i->opens++;
+	pthread_rwlock_unlock(&i->lock);
+	if (r) {
+		fuse_reply_err(req, -r);
+		return;
+	}
+	fi->keep_cache = 1;
+	if (fuse_reply_open(req, fi) != 0) {
+		pthread_rwlock_wrlock(&i->lock);
+		i->opens--;
+		pthread_rwlock_unlock(&i->lock);
+	}
+}
+
+static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
+{
+	(void)fi;
+	struct dmarfs *fs = FS(req);
+	struct inode *i = INO(req, ino);
+	/* Reply straight from arena memory: the kernel copies it once into
+	 * the reader's pages.  The inode lock keeps it stable meanwhile. */
+	enum { MAX_IOV = 64 };
+	struct iovec iov[MAX_IOV];
+	/* Decoded bytes of compressed chunks go to a per-thread buffer, kept
+	 * between requests: a fresh 1 MiB malloc per read would page-fault. */
+	static __thread uint8_t *scratch;
+	static __thread size_t scratch_cap;
+	if (size > scratch_cap) {
+		uint8_t *n = realloc(scratch, size);
+		if (!n) {
+			fuse_reply_err(req, ENOMEM);
+			return;
+		}
+		scratch = n;
+		scratch_cap = size;
+	}
+	size_t got = 0;
+	pthread_rwlock_rdlock(&i->lock);
+	int n = dmar_file_read_iov(&i->f, &fs->cfg.ctx, (uint64_t)off, size, iov, MAX_IOV, scratch, &got);
+	if (n < 0)
+		fuse_reply_err(req, -n);
+	else
+		fuse_reply_iov(req, iov, n);
+	pthread_rwlock_unlock(&i->lock);
+}
+
+static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
+		     struct fuse_file_info *fi)
+{
+	struct dmarfs *fs = FS(req);
+	struct inode *i = INO(req, ino);
+	/* O_APPEND appends at our size, not at the kernel's idea of it,
+	 * like pwrite on an O_APPEND file descriptor. */
+	pthread_rwlock_wrlock(&i->lock);
+	uint64_t at = (fi->flags & O_APPEND) ? i->f.size : (uint64_t)off;
+	int r = dmar_file_write(&i->f, &fs->cfg.ctx, at, buf, size);
+	if (!r) {
+		i->mtime = i->ctime = now();
+		/* Writing clears set-user-ID (the kernel does this too, but
+		 * only for writes it sees before the page cache). */
+		if (i->mode & (S_ISUID | S_ISGID) && !(fuse_req_ctx(req)->uid == 0))
+			i->mode &= ~(mode_t)(S_ISUID | ((i->mode & S_IXGRP) ? S_ISGID : 0));
+	}
+	pthread_rwlock_unlock(&i->lock);
+	if (r)
+		fuse_reply_err(req, -r);
+	else
+		fuse_reply_write(req, size);
+}
+
+static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	(void)ino;
+	(void)fi;
+	fuse_reply_err(req, 0);
+}
+
+/* Encode a file's RAW extents.  The cutting, hashing and storing run
+ * under the shared lock (readers and stat go on); only the swap takes the
+ * exclusive one.  A write in between makes the plan stale: retry when
+ * asked (fsync), else leave it to the next close. */
+static void encode_inode(struct dmarfs *fs, struct inode *i, bool retry)
+{
+	for (int tries = 0; tries < (retry ? 3 : 1); tries++) {
+		struct dmar_encode_plan *plan = NULL;
+		pthread_rwlock_rdlock(&i->lock);
+		int r = dmar_file_encode_prepare(&i->f, &fs->cfg.ctx, &plan);
+		pthread_rwlock_unlock(&i->lock);
+		if (r < 0 || !plan)
+			return;
+		pthread_rwlock_wrlock(&i->lock);
+		r = dmar_file_encode_commit(&i->f, &fs->cfg.ctx, plan);
+		pthread_rwlock_unlock(&i->lock);
+		if (r != -EAGAIN)
+			return;
+	}
+}
+
+static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	(void)fi;
+	struct dmarfs *fs = FS(req);
+	struct inode *i = INO(req, ino);
+	pthread_rwlock_wrlock(&i->lock);
+	if (i->opens)
+		i->opens--;
+	bool encode = i->opens == 0 && i->f.dirty;
+	pthread_rwlock_unlock(&i->lock);
+	/* Hold a reference across the encode: after the reply the kernel may
+	 * forget the inode (an unlinked file), which would free it. */
+	pthread_mutex_lock(&fs->ns);
+	encode = encode && i->nlink > 0;
+	if (encode)
+		i->nlookup++;
+	pthread_mutex_unlock(&fs->ns);
+	fuse_reply_err(req, 0);
+	/* The last close is when a file is most likely complete: encode it
+	 * now, after the reply (the kernel does not wait for RELEASE, so this
+	 * is off the application's path anyway). */
+	if (encode) {
+		encode_inode(fs, i, false);
+		pthread_mutex_lock(&fs->ns);
+		forget_one(fs, i, 1);
+		pthread_mutex_unlock(&fs->ns);
+	}
+}
+
+static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
+{
+	(void)datasync;
+	(void)fi;
+	struct dmarfs *fs = FS(req);
+	struct inode *i = INO(req, ino);
+	/* RAM has no durability to wait for; fsync is where a file is
+	 * known to be in a consistent state, so encode it. */
+	if (S_ISREG(i->mode))
+		encode_inode(fs, i, true);
+	fuse_reply_err(req, 0);
+}
+
+static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct inode *i = INO(req, ino);
+	if (!S_ISDIR(i->mode)) {
+		fuse_reply_err(req, ENOTDIR);
+		return;
+	}
+	fi->cache_readdir = 0;
+	fuse_reply_open(req, fi);
+}
+
+static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
+{
+	(void)fi;
+	struct dmarfs *fs = FS(req);
+	struct inode *d = INO(req, ino);
+	char *buf = malloc(size);
+	if (!buf) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	size_t used = 0;
+	struct stat st;
+	memset(&st, 0, sizeof(st));
+	pthread_mutex_lock(&fs->ns);
+	/* Offsets are entry cookies: an entry added or removed during a
+	 * listing neither repeats nor hides the others. */
+	if (off < 1) {
+		st.st_ino = d->st_ino;
+		st.st_mode = S_IFDIR;
+		size_t n = fuse_add_direntry(req, buf + used, size - used, ".", &st, 1);
+		if (n > size - used)
+			goto full;
+		used += n;
+		off = 1;
+	}
+	if (off < 2) {
+		struct inode *p = d == fs->root ? d : d->parent;
+		st.st_ino = p->st_ino;
+		st.st_mode = S_IFDIR;
+		size_t n = fuse_add_direntry(req, buf + used, size - used, "..", &st, 2);
+		if (n > size - used)
+			goto full;
+		used += n;
+		off = 2;
+	}
+	size_t lo = 0, hi = d->nents;
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+		if (d->ents[mid].cookie <= (uint64_t)off)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	for (size_t k = lo; k < d->nents; k++) {
+		struct dirent_ *e = &d->ents[k];
+		st.st_ino = e->ino->st_ino;
+		st.st_mode = e->ino->mode & S_IFMT;
+		size_t n = fuse_add_direntry(req, buf + used, size - used, e->name, &st, (off_t)e->cookie);
+		if (n > size - used)
+			break;
+		used += n;
+	}
+full:
+	pthread_mutex_unlock(&fs->ns);
+	fuse_reply_buf(req, buf, used);
+	free(buf);
+}
+
+static void op_statfs(fuse_req_t req, fuse_ino_t ino)
+{
+	(void)ino;
+	struct dmarfs *fs = FS(req);
+	struct dmar_arena *a = fs->cfg.ctx.arena;
+	struct statvfs sv;
+	memset(&sv, 0, sizeof(sv));
+	uint64_t size = dmar_arena_size(a), used = dmar_arena_used(a);
+	sv.f_bsize = 4096;
+	sv.f_frsize = 4096;
+	sv.f_blocks = size / 4096;
+	sv.f_bfree = sv.f_bavail = (size - used) / 4096;
+	pthread_mutex_lock(&fs->ns);
+	sv.f_files = fs->cfg.nr_inodes;
+	sv.f_ffree = sv.f_favail = fs->cfg.nr_inodes - fs->inodes;
+	pthread_mutex_unlock(&fs->ns);
+	sv.f_namemax = NAME_MAX;
+	fuse_reply_statfs(req, &sv);
+}
+
+/* ---- xattrs ------------------------------------------------------------ */
+
+/* user.dmar.* are read-only views of a file's encoding state. */
+static int virtual_xattr(struct dmarfs *fs, struct inode *i, const char *name, char *out, size_t cap)
+{
+	if (strncmp(name, XATTR_PREFIX, strlen(XATTR_PREFIX)))
+		return -ENODATA;
+	const char *k = name + strlen(XATTR_PREFIX);
+	struct dmar_file_stats st;
+	dmar_file_stats(&i->f, &fs->cfg.ctx, &st);
+	if (!strcmp(k, "logical"))
+		return snprintf(out, cap, "%" PRIu64, st.logical);
+	if (!strcmp(k, "stored"))
+		return snprintf(out, cap, "%" PRIu64, st.stored);
+	if (!strcmp(k, "chunks"))
+		return snprintf(out, cap, "%" PRIu64, st.chunks);
+	if (!strcmp(k, "raw"))
+		return snprintf(out, cap, "%" PRIu64, st.raw);
+	if (!strcmp(k, "state"))
+		return snprintf(out, cap, "%s",
+				st.raw == 0 ? (st.chunked ? "encoded" : "empty") : (st.chunked ? "partly-encoded" : "raw"));
+	if (!strcmp(k, "backing"))
+		return snprintf(out, cap, "%s", dmar_arena_describe(fs->cfg.ctx.arena));
+	return -ENODATA;
+}
+
+static const char *const virtual_names[] = { "logical", "stored", "chunks", "raw", "state", "backing" };
+
+static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value, size_t size,
+			int flags)
+{
+	struct inode *i = INO(req, ino);
+	if (strncmp(name, "user.", 5)) {
+		fuse_reply_err(req, EOPNOTSUPP);
+		return;
+	}
+	if (!strncmp(name, XATTR_PREFIX, strlen(XATTR_PREFIX))) {
+		fuse_reply_err(req, EPERM);
+		return;
+	}
+	if (size > 65536) {
+		fuse_reply_err(req, E2BIG);
+		return;
+	}
+	int r = 0;
+	pthread_rwlock_wrlock(&i->lock);
+	struct xattr *x = NULL;
+	for (size_t k = 0; k < i->nxa; k++)
+		if (!strcmp(i->xa[k].name, name))
+			x = &i->xa[k];
+	if ((flags & XATTR_CREATE) && x) {
+		r = -EEXIST;
+	} else if ((flags & XATTR_REPLACE) && !x) {
+		r = -ENODATA;
+	} else {
+		void *v = malloc(size ? size : 1);
+		if (!v) {
+			r = -ENOMEM;
+		} else {
+			memcpy(v, value, size);
+			if (!x) {
+				struct xattr *n = realloc(i->xa, (i->nxa + 1) * sizeof(*n));
+				char *nm = strdup(name);
+				if (!n || !nm) {
+					free(nm);
+					free(v);
+					if (n)
+						i->xa = n;
+					r = -ENOMEM;
+					goto out;
+				}
+				i->xa = n;
+				x = &i->xa[i->nxa++];
+				x->name = nm;
+			} else {
+				free(x->value);
+			}
+			x->value = v;
+			x->len = size;
+			i->ctime = now();
+		}
+	}
+out:
+	pthread_rwlock_unlock(&i->lock);
+	fuse_reply_err(req, -r);
+}
+
+static void reply_xattr(fuse_req_t req, const void *v, size_t len, size_t size)
+{
+	if (size == 0)
+		fuse_reply_xattr(req, len);
+	else if (len > size)
+		fuse_reply_err(req, ERANGE);
+	else
+		fuse_reply_buf(req, v, len);
+}
+
+static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
+{
+	struct dmarfs *fs = FS(req);
+	struct inode *i = INO(req, ino);
+	pthread_rwlock_rdlock(&i->lock);
+	char tmp[DMAR_ARENA_DESCRIBE_MAX + 64];
+	int n = S_ISREG(i->mode) ? virtual_xattr(fs, i, name, tmp, sizeof(tmp)) : -ENODATA;
+	if (n >= (int)sizeof(tmp))
+		n = (int)sizeof(tmp) - 1; /* never reply past the buffer */
+	if (n >= 0) {
+		pthread_rwlock_unlock(&i->lock);
+		reply_xattr(req, tmp, (size_t)n, size);
+		return;
+	}
+	for (size_t k = 0; k < i->nxa; k++) {
+		if (!strcmp(i->xa[k].name, name)) {
+			reply_xattr(req, i->xa[k].value, i->xa[k].len, size);
+			pthread_rwlock_unlock(&i->lock);
+			return;
+		}
+	}
+	pthread_rwlock_unlock(&i->lock);
+	fuse_reply_err(req, ENODATA);
+}
+
+static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
+{
+	struct inode *i = INO(req, ino);
+	pthread_rwlock_rdlock(&i->lock);
+	size_t len = 0;
+	if (S_ISREG(i->mode))
+		for (size_t k = 0; k < sizeof(virtual_names) / sizeof(virtual_names[0]); k++)
+			len += strlen(XATTR_PREFIX) + strlen(virtual_names[k]) + 1;
+	for (size_t k = 0; k < i->nxa; k++)
+		len += strlen(i->xa[k].name) + 1;
+	char *buf = malloc(len ? len : 1), *p = buf;
+	if (!buf) {
+		pthread_rwlock_unlock(&i->lock);
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	if (S_ISREG(i->mode))
+		for (size_t k = 0; k < sizeof(virtual_names) / sizeof(virtual_names[0]); k++)
+			p += sprintf(p, "%s%s", XATTR_PREFIX, virtual_names[k]) + 1;
+	for (size_t k = 0; k < i->nxa; k++)
+		p += sprintf(p, "%s", i->xa[k].name) + 1;
+	pthread_rwlock_unlock(&i->lock);
+	reply_xattr(req, buf, len, size);
+	free(buf);
+}
+
+static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
+{
+	struct inode *i = INO(req, ino);
+	if (!strncmp(name, XATTR_PREFIX, strlen(XATTR_PREFIX))) {
+		fuse_reply_err(req, EPERM);
+		return;
+	}
+	pthread_rwlock_wrlock(&i->lock);
+	for (size_t k = 0; k < i->nxa; k++) {
+		if (!strcmp(i->xa[k].name, name)) {
+			free(i->xa[k].name);
+			free(i->xa[k].value);
+			i->xa[k] = i->xa[--i->nxa];
+			i->ctime = now();
+			pthread_rwlock_unlock(&i->lock);
+			fuse_reply_err(req, 0);
+			return;
+		}
+	}
+	pthread_rwlock_unlock(&i->lock);
+	fuse_reply_err(req, ENODATA);
+}
+
+/* ---- allocation, copy, seek ------------------------------------------ */
+
+static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, off_t len, struct fuse_file_info *fi)
+{
+	(void)fi;
+	struct dmarfs *fs = FS(req);
+	struct inode *i = INO(req, ino);
+	int r;
+	if (off < 0 || len <= 0) {
+		fuse_reply_err(req, EINVAL);
+		return;
+	}
+	pthread_rwlock_wrlock(&i->lock);
+	if (mode == 0 || mode == FALLOC_FL_KEEP_SIZE)
+		r = dmar_file_allocate(&i->f, &fs->cfg.ctx, (uint64_t)off, (uint64_t)len, mode != 0);
+	else if (mode == (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE))
+		r = dmar_file_punch(&i->f, &fs->cfg.ctx, (uint64_t)off, (uint64_t)len);
+	else
+		r = -EOPNOTSUPP;
+	if (!r)
+		i->mtime = i->ctime = now();
+	pthread_rwlock_unlock(&i->lock);
+	fuse_reply_err(req, -r);
+}
+
+static void op_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in, struct fuse_file_info *fi_in,
+			       fuse_ino_t ino_out, off_t off_out, struct fuse_file_info *fi_out, size_t len,
+			       int flags)
+{
+	(void)fi_in;
+	(void)fi_out;
+	struct dmarfs *fs = FS(req);
+	struct inode *a = INO(req, ino_in), *b = INO(req, ino_out);
+	if (flags) {
+		fuse_reply_err(req, EINVAL);
+		return;
+	}
+	/* Lock in address order; the same file once. */
+	struct inode *first = a < b ? a : b, *second = a < b ? b : a;
+	pthread_rwlock_wrlock(&first->lock);
+	if (second != first)
+		pthread_rwlock_wrlock(&second->lock);
+	ssize_t n;
+	if (a == b && (uint64_t)off_in < (uint64_t)off_out + len && (uint64_t)off_out < (uint64_t)off_in + len)
+		n = -EINVAL; /* overlapping ranges in one file */
+	else
+		n = dmar_file_share(&b->f, &a->f, &fs->cfg.ctx, (uint64_t)off_out, (uint64_t)off_in, len);
+	if (n > 0)
+		b->mtime = b->ctime = now();
+	if (second != first)
+		pthread_rwlock_unlock(&second->lock);
+	pthread_rwlock_unlock(&first->lock);
+	if (n < 0)
+		fuse_reply_err(req, (int)-n);
+	else
+		fuse_reply_write(req, (size_t)n);
+}
+
+static void op_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence, struct fuse_file_info *fi)
+{
+	(void)fi;
+	struct inode *i = INO(req, ino);
+	if (whence != SEEK_DATA && whence != SEEK_HOLE) {
+		fuse_reply_err(req, EINVAL);
+		return;
+	}
+	uint64_t out;
+	pthread_rwlock_rdlock(&i->lock);
+	int r = off < 0 ? -ENXIO : dmar_file_seek(&i->f, (uint64_t)off, whence == SEEK_DATA, &out);
+	pthread_rwlock_unlock(&i->lock);
+	if (r)
+		fuse_reply_err(req, -r);
+	else
+		fuse_reply_lseek(req, (off_t)out);
+}
+
+static const struct fuse_lowlevel_ops ops = {
+	.init = op_init,
+	.lookup = op_lookup,
+	.forget = op_forget,
+	.forget_multi = op_forget_multi,
+	.getattr = op_getattr,
+	.setattr = op_setattr,
+	.readlink = op_readlink,
+	.mknod = op_mknod,
+	.mkdir = op_mkdir,
+	.unlink = op_unlink,
+	.rmdir = op_rmdir,
+	.symlink = op_symlink,
+	.rename = op_rename,
+	.link = op_link,
+	.open = op_open,
+	.read = op_read,
+	.write = op_write,
+	.flush = op_flush,
+	.release = op_release,
+	.fsync = op_fsync,
+	.opendir = op_opendir,
+	.readdir = op_readdir,
+	.statfs = op_statfs,
+	.setxattr = op_setxattr,
+	.getxattr = op_getxattr,
+	.listxattr = op_listxattr,
+	.removexattr = op_removexattr,
+	.create = op_create,
+	.fallocate = op_fallocate,
+	.copy_file_range = op_copy_file_range,
+	.lseek = op_lseek,
+};
+
+const struct fuse_lowlevel_ops *dmarfs_ops(void)
+{
+	return &ops;
+}
+
+int dmarfs_new(struct dmarfs **out, const struct dmarfs_config *cfg)
+{
+	struct dmarfs *fs = calloc(1, sizeof(*fs));
+	if (!fs)
+		return -ENOMEM;
+	fs->cfg = *cfg;
+	fs->next_ino = 1;
+	pthread_mutex_init(&fs->ns, NULL);
+	fs->root = inode_new(fs, S_IFDIR | (cfg->root_mode & 07777), cfg->root_uid, cfg->root_gid);
+	if (!fs->root) {
+		free(fs);
+		return -ENOMEM;
+	}
+	fs->root->nlink = 2;
+	fs->root->nlookup = 1;
+	*out = fs;
+	return 0;
+}
+
+static void free_tree(struct dmarfs *fs, struct inode *d)
+{
+	for (size_t k = 0; k < d->nents; k++) {
+		struct inode *i = d->ents[k].ino;
+		if (S_ISDIR(i->mode))
+			free_tree(fs, i);
+		/* hard links: free at the last name */
+		if (S_ISDIR(i->mode) || --i->nlink == 0)
+			inode_destroy(fs, i);
+	}
+	for (size_t k = 0; k < d->nents; k++)
+		free(d->ents[k].name);
+	d->nents = 0;
+}
+
+void dmarfs_free(struct dmarfs *fs)
+{
+	if (!fs)
+		return;
+	free_tree(fs, fs->root);
+	inode_destroy(fs, fs->root);
+	pthread_mutex_destroy(&fs->ns);
+	free(fs);
+}

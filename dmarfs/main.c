@@ -1,0 +1,115 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * dmarfs: mount a RAM arena as a directory.
+ * main() reads: parse -> arena -> filesystem -> signals -> mount -> loop
+ * -> unmount -> destroy, like libfuse's passthrough_ll.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "fs.h"
+#include "options.h"
+
+static int add_arg(struct fuse_args *args, const char *fmt, const char *val)
+{
+	char buf[4096];
+	snprintf(buf, sizeof(buf), fmt, val);
+	return fuse_opt_add_arg(args, buf);
+}
+
+int main(int argc, char **argv)
+{
+	struct dmarfs_opts o;
+	int r = dmarfs_opts_parse(argc, argv, &o);
+	if (r)
+		return r > 0 ? 0 : 2;
+	int status = 1;
+	struct dmar_arena *arena = NULL;
+	struct dmar_bytepack *pack = NULL;
+	struct dmarfs *fs = NULL;
+	struct fuse_session *se = NULL;
+	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
+
+	if (access("/dev/fuse", R_OK | W_OK) != 0) {
+		fprintf(stderr, "dmarfs: /dev/fuse: %s (is the fuse module loaded and /dev/fuse present?)\n",
+			strerror(errno));
+		goto out;
+	}
+	struct dmar_error err = { 0 };
+	/* Cheap checks first: populating a big arena takes seconds. */
+	if (o.bytepack && dmar_bytepack_load_file(o.bytepack, &pack, &err) < 0) {
+		fprintf(stderr, "dmarfs: bytepack: %s\n", err.msg);
+		goto out;
+	}
+	struct dmar_arena_opts ao = { .size = o.size, .pagesize = o.pagesize, .strict = o.strict, .populate = true };
+	if (dmar_arena_new(&arena, &ao, &err) < 0) {
+		fprintf(stderr, "dmarfs: arena of %llu bytes: %s\n", (unsigned long long)o.size, err.msg);
+		goto out;
+	}
+	struct dmarfs_config cfg = {
+		.ctx = { .arena = arena, .encode = o.encode, .level = o.level, .pack = pack },
+		.nr_inodes = o.nr_inodes,
+		.root_mode = o.mode,
+		.root_uid = o.uid,
+		.root_gid = o.gid,
+	};
+	dmar_chunker_init(&cfg.ctx.chunker, DMAR_CHUNK_MIN_DEFAULT, DMAR_CHUNK_AVG_DEFAULT, DMAR_CHUNK_MAX_DEFAULT);
+	if (dmarfs_new(&fs, &cfg) < 0) {
+		fprintf(stderr, "dmarfs: out of memory\n");
+		goto out;
+	}
+
+	if (fuse_opt_add_arg(&args, argv[0]) || add_arg(&args, "-ofsname=%s", o.source) ||
+	    fuse_opt_add_arg(&args, "-osubtype=dmarfs") || fuse_opt_add_arg(&args, "-odefault_permissions") ||
+	    (o.allow_other && fuse_opt_add_arg(&args, "-oallow_other")) || (o.ro && fuse_opt_add_arg(&args, "-oro")) ||
+	    (o.fuse_opts && add_arg(&args, "-o%s", o.fuse_opts)) || (o.debug && fuse_opt_add_arg(&args, "-d"))) {
+		fprintf(stderr, "dmarfs: out of memory\n");
+		goto out;
+	}
+	se = fuse_session_new(&args, dmarfs_ops(), sizeof(struct fuse_lowlevel_ops), fs);
+	if (!se)
+		goto out;
+	if (fuse_set_signal_handlers(se) != 0)
+		goto out;
+	if (fuse_session_mount(se, o.mountpoint) != 0) {
+		fprintf(stderr, "dmarfs: cannot mount on %s\n", o.mountpoint);
+		goto out_signals;
+	}
+	char size[32];
+	snprintf(size, sizeof(size), "%.1f GiB", dmar_arena_size(arena) / 1073741824.0);
+	fprintf(stderr, "dmarfs: %s on %s: %s arena, %s, encode=%s\n", o.source, o.mountpoint, size,
+		dmar_arena_describe(arena),
+		o.encode == DMAR_ENCODE_NONE ? "none" : o.encode == DMAR_ENCODE_DEDUP ? "dedup" : "zstd");
+	if (fuse_daemonize(o.foreground) != 0)
+		goto out_unmount;
+	struct fuse_loop_config *lc = fuse_loop_cfg_create();
+	if (lc) {
+		fuse_loop_cfg_set_clone_fd(lc, 0);
+		fuse_loop_cfg_set_max_threads(lc, 16);
+		r = fuse_session_loop_mt(se, lc);
+		fuse_loop_cfg_destroy(lc);
+	} else {
+		r = fuse_session_loop(se);
+	}
+	/* Ended by a signal (SIGTERM, SIGINT) after a clean unmount is a
+	 * normal end, as umount is. */
+	status = r == 0 || fuse_session_exited(se) ? 0 : 1;
+out_unmount:
+	fuse_session_unmount(se);
+out_signals:
+	fuse_remove_signal_handlers(se);
+out:
+	if (se)
+		fuse_session_destroy(se);
+	fuse_opt_free_args(&args);
+	dmarfs_free(fs);
+	dmar_bytepack_free(pack);
+	dmar_arena_free(arena);
+	dmarfs_opts_free(&o);
+	return status;
+}

@@ -1,0 +1,305 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Options come from one table.  Each -o item is NAME or NAME=VALUE; the
+ * table says how to parse VALUE and where it goes (offsetof), so adding an
+ * option is one line.  Generic mount options that mount(8) or fstab pass
+ * along (rw, nosuid, noauto, _netdev, ...) are accepted and either handed
+ * to the kernel or, when they only concern mount(8), ignored knowingly.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "options.h"
+
+
+enum opt_type { T_SIZE, T_U64, T_MODE, T_UINT, T_PAGESIZE, T_ENCODE, T_STR, T_FLAG, T_LEVEL, T_KERNEL, T_IGNORE };
+
+struct opt_desc {
+	const char *name;
+	enum opt_type type;
+	size_t off;
+};
+
+#define O(name, type, field) { name, type, offsetof(struct dmarfs_opts, field) }
+static const struct opt_desc table[] = {
+	O("size", T_SIZE, size),
+	O("nr_inodes", T_U64, nr_inodes),
+	O("mode", T_MODE, mode),
+	O("uid", T_UINT, uid),
+	O("gid", T_UINT, gid),
+	O("pagesize", T_PAGESIZE, pagesize),
+	O("strict", T_FLAG, strict),
+	O("encode", T_ENCODE, encode),
+	O("level", T_LEVEL, level),
+	O("bytepack", T_STR, bytepack),
+	O("node", T_STR, node),
+	O("allow_other", T_FLAG, allow_other),
+	O("ro", T_FLAG, ro),
+	O("threads", T_UINT, threads),
+	/* handed to the kernel as they are */
+	{ "rw", T_KERNEL, 0 }, { "nosuid", T_KERNEL, 0 }, { "suid", T_KERNEL, 0 },
+	{ "nodev", T_KERNEL, 0 }, { "dev", T_KERNEL, 0 }, { "noexec", T_KERNEL, 0 },
+	{ "exec", T_KERNEL, 0 }, { "noatime", T_KERNEL, 0 }, { "atime", T_KERNEL, 0 },
+	{ "relatime", T_KERNEL, 0 }, { "dirsync", T_KERNEL, 0 }, { "sync", T_KERNEL, 0 },
+	{ "async", T_KERNEL, 0 },
+	/* only meaningful to mount(8) and fstab */
+	{ "defaults", T_IGNORE, 0 }, { "auto", T_IGNORE, 0 }, { "noauto", T_IGNORE, 0 },
+	{ "user", T_IGNORE, 0 }, { "nouser", T_IGNORE, 0 }, { "users", T_IGNORE, 0 },
+	{ "_netdev", T_IGNORE, 0 }, { "nofail", T_IGNORE, 0 },
+};
+#undef O
+
+static int parse_size(const char *v, uint64_t *out)
+{
+	char *end;
+	errno = 0;
+	if (!*v || *v == '-')
+		return -EINVAL;
+	unsigned long long n = strtoull(v, &end, 10);
+	if (errno || end == v)
+		return -EINVAL;
+	if (*end == '%' && !end[1]) {
+		/* A share of RAM, like tmpfs. */
+		long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+		if (n == 0 || n > 100 || pages <= 0)
+			return -EINVAL;
+		*out = (uint64_t)pages * (uint64_t)psz / 100 * n;
+		return 0;
+	}
+	unsigned shift = 0;
+	switch (*end) {
+	case '\0': break;
+	case 'k': case 'K': shift = 10; end++; break;
+	case 'm': case 'M': shift = 20; end++; break;
+	case 'g': case 'G': shift = 30; end++; break;
+	case 't': case 'T': shift = 40; end++; break;
+	default: return -EINVAL;
+	}
+	if (*end)
+		return -EINVAL;
+	if (shift && n > (UINT64_MAX >> shift))
+		return -EINVAL;
+	*out = (uint64_t)n << shift;
+	return 0;
+}
+
+static int append_kernel_opt(struct dmarfs_opts *o, const char *item)
+{
+	size_t a = o->fuse_opts ? strlen(o->fuse_opts) : 0, b = strlen(item);
+	char *n = realloc(o->fuse_opts, a + b + 2);
+	if (!n)
+		return -ENOMEM;
+	if (a)
+		n[a++] = ',';
+	memcpy(n + a, item, b + 1);
+	o->fuse_opts = n;
+	return 0;
+}
+
+static int apply(struct dmarfs_opts *o, char *item)
+{
+	char *val = strchr(item, '=');
+	if (val)
+		*val++ = '\0';
+	for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++) {
+		const struct opt_desc *d = &table[i];
+		if (strcmp(d->name, item))
+			continue;
+		void *field = (char *)o + d->off;
+		bool need_val = d->type != T_FLAG && d->type != T_KERNEL && d->type != T_IGNORE;
+		if (need_val && !val) {
+			fprintf(stderr, "dmarfs: option '%s' needs a value (%s=...)\n", item, item);
+			return -EINVAL;
+		}
+		if (!need_val && val) {
+			fprintf(stderr, "dmarfs: option '%s' takes no value\n", item);
+			return -EINVAL;
+		}
+		char *end;
+		uint64_t v64;
+		switch (d->type) {
+		case T_SIZE:
+			if (parse_size(val, &v64) < 0 || v64 == 0)
+				goto bad;
+			*(uint64_t *)field = v64;
+			return 0;
+		case T_U64:
+			if (parse_size(val, &v64) < 0 || v64 == 0)
+				goto bad;
+			*(uint64_t *)field = v64;
+			return 0;
+		case T_MODE: {
+			unsigned long m = strtoul(val, &end, 8);
+			if (*end || end == val || m > 07777)
+				goto bad;
+			*(mode_t *)field = (mode_t)m;
+			return 0;
+		}
+		case T_UINT: {
+			unsigned long u = strtoul(val, &end, 10);
+			if (*end || end == val || u > 0x7fffffffUL)
+				goto bad;
+			*(unsigned *)field = (unsigned)u;
+			return 0;
+		}
+		case T_LEVEL: {
+			long l = strtol(val, &end, 10);
+			if (*end || end == val || l < 1 || l > 19)
+				goto bad;
+			*(int *)field = (int)l;
+			return 0;
+		}
+		case T_PAGESIZE:
+			if (parse_size(val, &v64) < 0 || (v64 != 4096 && v64 != (2u << 20) && v64 != (1u << 30)))
+				goto bad;
+			*(uint64_t *)field = v64;
+			return 0;
+		case T_ENCODE:
+			if (!strcmp(val, "none"))
+				*(enum dmar_encode_mode *)field = DMAR_ENCODE_NONE;
+			else if (!strcmp(val, "dedup"))
+				*(enum dmar_encode_mode *)field = DMAR_ENCODE_DEDUP;
+			else if (!strcmp(val, "zstd"))
+				*(enum dmar_encode_mode *)field = DMAR_ENCODE_ZSTD;
+			else
+				goto bad;
+			return 0;
+		case T_STR: {
+			char *c = strdup(val);
+			if (!c)
+				return -ENOMEM;
+			free(*(char **)field);
+			*(char **)field = c;
+			return 0;
+		}
+		case T_FLAG:
+			*(bool *)field = true;
+			return 0;
+		case T_KERNEL:
+			return append_kernel_opt(o, item);
+		case T_IGNORE:
+			return 0;
+		}
+	bad:
+		fprintf(stderr, "dmarfs: invalid value '%s' for option '%s'\n", val, item);
+		return -EINVAL;
+	}
+	fprintf(stderr, "dmarfs: unknown option '%s'\n", item);
+	return -EINVAL;
+}
+
+static int parse_list(struct dmarfs_opts *o, const char *list)
+{
+	char *copy = strdup(list), *save = NULL;
+	if (!copy)
+		return -ENOMEM;
+	int r = 0;
+	for (char *it = strtok_r(copy, ",", &save); it && r == 0; it = strtok_r(NULL, ",", &save))
+		r = apply(o, it);
+	free(copy);
+	return r;
+}
+
+static const char usage[] =
+	"Usage: dmarfs NAME MOUNTPOINT [-o OPTIONS] [-f] [-d]\n"
+	"       mount -t dmarfs -o OPTIONS NAME MOUNTPOINT\n"
+	"Mount a RAM arena as a directory; files written there are chunked,\n"
+	"deduplicated and (encode=zstd) compressed in memory.\n"
+	"Options (-o, comma separated):\n"
+	"  size=SIZE        arena size: bytes, k/m/g/t, or N% of RAM (default 50%)\n"
+	"  nr_inodes=N      most inodes (default: size / 4 KiB... at least 1024)\n"
+	"  mode=OCTAL       root directory mode (default 1777)\n"
+	"  uid=N, gid=N     root directory owner (default: the mounting user)\n"
+	"  pagesize=SIZE    huge page size: 2M (default), 1G, or 4k for none\n"
+	"  strict           fail instead of falling back when huge pages are short\n"
+	"  encode=MODE      none | dedup (default) | zstd\n"
+	"  level=N          zstd level for encode=zstd (default 3)\n"
+	"  bytepack=FILE    byte pack (dmar mine) for encode=zstd\n"
+	"  node=NAME        this node's name (default: the host name)\n"
+	"  allow_other      let other users access the mount\n"
+	"  ro, rw, nosuid, nodev, noexec, noatime, ...   as for any mount\n"
+	"  -f               stay in the foreground;  -d  debug (implies -f)\n";
+
+int dmarfs_opts_parse(int argc, char **argv, struct dmarfs_opts *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->mode = 01777;
+	o->uid = getuid();
+	o->gid = getgid();
+	o->encode = DMAR_ENCODE_DEDUP;
+	o->level = 3;
+	o->threads = 2;
+	char *pos[2] = { NULL, NULL };
+	int npos = 0;
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+			fputs(usage, stdout);
+			return 1;
+		} else if (!strcmp(a, "-V") || !strcmp(a, "--version")) {
+			printf("dmarfs %s\n", PACKAGE_VERSION);
+			return 1;
+		} else if (!strcmp(a, "-f")) {
+			o->foreground = true;
+		} else if (!strcmp(a, "-d")) {
+			o->debug = o->foreground = true;
+		} else if (!strcmp(a, "-o")) {
+			if (++i == argc) {
+				fputs("dmarfs: -o needs a list of options\n", stderr);
+				return -EINVAL;
+			}
+			if (parse_list(o, argv[i]) < 0)
+				return -EINVAL;
+		} else if (!strncmp(a, "-o", 2)) {
+			if (parse_list(o, a + 2) < 0)
+				return -EINVAL;
+		} else if (a[0] == '-' && a[1]) {
+			fprintf(stderr, "dmarfs: unknown option '%s'\n%s", a, usage);
+			return -EINVAL;
+		} else if (npos < 2) {
+			pos[npos++] = argv[i];
+		} else {
+			fprintf(stderr, "dmarfs: too many arguments ('%s')\n", a);
+			return -EINVAL;
+		}
+	}
+	if (npos != 2) {
+		fputs(usage, stderr);
+		return -EINVAL;
+	}
+	o->source = strdup(pos[0]);
+	o->mountpoint = realpath(pos[1], NULL);
+	if (!o->mountpoint) {
+		fprintf(stderr, "dmarfs: mount point %s: %s\n", pos[1], strerror(errno));
+		return -EINVAL;
+	}
+	if (!o->size) {
+		long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+		o->size = (uint64_t)pages * (uint64_t)psz / 2;
+	}
+	if (!o->nr_inodes) {
+		o->nr_inodes = o->size / 4096;
+		if (o->nr_inodes < 1024)
+			o->nr_inodes = 1024;
+	}
+	if (o->bytepack && o->encode != DMAR_ENCODE_ZSTD) {
+		fputs("dmarfs: bytepack= needs encode=zstd\n", stderr);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+void dmarfs_opts_free(struct dmarfs_opts *o)
+{
+	free(o->source);
+	free(o->mountpoint);
+	free(o->bytepack);
+	free(o->node);
+	free(o->fuse_opts);
+}

@@ -1,0 +1,40 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * options.h - dmarfs mount options, in the style of tmpfs and hugetlbfs.
+ * docs/mount-options.md and the man page describe each one.
+ */
+#ifndef DMARFS_OPTIONS_H
+#define DMARFS_OPTIONS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "file.h"
+
+struct dmarfs_opts {
+	char *source;        /* NAME: the fsname shown by mount(8) */
+	char *mountpoint;
+	uint64_t size;       /* arena bytes */
+	uint64_t nr_inodes;
+	mode_t mode;         /* of the root directory */
+	uid_t uid;
+	gid_t gid;
+	uint64_t pagesize;   /* 0 default, 4096 none */
+	bool strict;
+	enum dmar_encode_mode encode;
+	int level;
+	char *bytepack;
+	char *node;
+	bool foreground, debug, allow_other, ro;
+	unsigned threads;    /* encoding threads */
+	char *fuse_opts;     /* generic options passed to the kernel/libfuse */
+};
+
+/* Parse argv as `dmarfs NAME MOUNTPOINT [-o OPTS] [-f] [-d]`.  Unknown
+ * options are an error.  Returns 0, 1 (help or version printed: exit 0),
+ * or -EINVAL (message printed). */
+int dmarfs_opts_parse(int argc, char **argv, struct dmarfs_opts *o);
+void dmarfs_opts_free(struct dmarfs_opts *o);
+
+#endif /* DMARFS_OPTIONS_H */
