@@ -511,8 +511,11 @@ static void expect_train_fail(const void *samples, const size_t *sizes, unsigned
 	struct dmar_bytepack *p = (struct dmar_bytepack *)(uintptr_t)0x1;
 	struct dmar_error err = { 0 };
 	int r = dmar_bytepack_train(samples, sizes, n, cap, 1, &p, &err);
-	if (r != -EINVAL)
+	if (r != -EINVAL) {
 		print_error("%s: got %d (%s), want -EINVAL\n", what, r, err.msg);
+		if (r == 0)
+			dmar_bytepack_free(p);
+	}
 	assert_int_equal(r, -EINVAL);
 	assert_int_equal(err.code, -EINVAL);
 	assert_true(err.msg[0] != '\0');
@@ -543,6 +546,33 @@ static void test_train_too_little_data(void **state)
 	for (int i = 0; i < 16; i++)
 		sizes[i] = 1;
 	expect_train_fail(tiny, sizes, 16, DICT_CAP, "16 one-byte samples");
+	/* The message says how much is needed. */
+	struct dmar_bytepack *p = NULL;
+	struct dmar_error err = { 0 };
+	assert_int_equal(dmar_bytepack_train(tiny, sizes, 16, DICT_CAP, 1, &p, &err), -EINVAL);
+	assert_non_null(strstr(err.msg, "4 KiB"));
+	assert_null(p);
+}
+
+/* The limit is on the total, 4 KiB: one byte short is refused, whatever
+ * the count and the cap. */
+static void test_train_total_limit(void **state)
+{
+	struct fixture *f = *state;
+	size_t sizes[64];
+	size_t total = 0;
+	unsigned n = 0;
+	while (total + 200 < 4095) {
+		sizes[n++] = 200;
+		total += 200;
+	}
+	sizes[n++] = 4095 - total;
+	assert_true(f->sm.total >= 4095);
+	expect_train_fail(f->sm.buf, sizes, n, DICT_CAP, "4095 bytes in 200-byte samples");
+	expect_train_fail(f->sm.buf, sizes, n, 256, "4095 bytes, smallest cap");
+	for (unsigned i = 0; i < 8; i++)
+		sizes[i] = i < 7 ? 1 : 4088;
+	expect_train_fail(f->sm.buf, sizes, 8, DICT_CAP, "8 samples, 4095 bytes");
 }
 
 static void test_train_bad_cap(void **state)
@@ -575,8 +605,11 @@ static void test_train_threads(void **state)
 	dmar_bytepack_free(p);
 }
 
-int main(void)
+/* An optional argument runs only the tests matching it (a glob). */
+int main(int argc, char **argv)
 {
+	if (argc > 1)
+		cmocka_set_test_filter(argv[1]);
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_train_basic),
 		cmocka_unit_test(test_train_deterministic),
@@ -595,6 +628,7 @@ int main(void)
 		cmocka_unit_test(test_load_raw_content),
 		cmocka_unit_test(test_train_too_few),
 		cmocka_unit_test(test_train_too_little_data),
+		cmocka_unit_test(test_train_total_limit),
 		cmocka_unit_test(test_train_bad_cap),
 		cmocka_unit_test(test_train_threads),
 	};

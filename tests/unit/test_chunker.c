@@ -586,8 +586,11 @@ static void test_init_log2(void **state)
 	assert_memory_equal(&a, &before, sizeof(a));
 }
 
-int main(void)
+/* An optional argument runs only the tests matching it (a glob). */
+int main(int argc, char **argv)
 {
+	if (argc > 1)
+		cmocka_set_test_filter(argv[1]);
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_init_rejects),
 		cmocka_unit_test(test_init_accepts),

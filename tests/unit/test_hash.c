@@ -333,8 +333,11 @@ static void test_threads(void **state)
 		free(bufs[k]);
 }
 
-int main(void)
+/* An optional argument runs only the tests matching it (a glob). */
+int main(int argc, char **argv)
 {
+	if (argc > 1)
+		cmocka_set_test_filter(argv[1]);
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_known_answers),
 		cmocka_unit_test(test_incremental_known),
