@@ -24,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "dir.h"
 #include "fs.h"
 
 #define ATTR_TIMEOUT 1.0
@@ -36,11 +37,6 @@ struct xattr {
 	size_t len;
 };
 
-struct dirent_ {
-	char *name;
-	struct inode *ino;
-	uint64_t cookie;     /* readdir offset: increasing, never reused */
-};
 
 struct inode {
 	uint64_t st_ino;
@@ -58,9 +54,7 @@ struct inode {
 	size_t nxa;
 	/* directories (entries protected by fs->ns) */
 	struct inode *parent;
-	struct dirent_ *ents;
-	size_t nents, capents;
-	uint64_t next_cookie;
+	struct dmar_dir dir;
 	/* regular files */
 	struct dmar_file f;
 	/* symlinks */
@@ -113,7 +107,7 @@ static struct inode *inode_new(struct dmarfs *fs, mode_t mode, uid_t uid, gid_t 
 	i->uid = uid;
 	i->gid = gid;
 	i->atime = i->mtime = i->ctime = now();
-	i->next_cookie = 3; /* 1 and 2 are "." and ".." */
+	dmar_dir_init(&i->dir, 3); /* cookies 1 and 2 are "." and ".." */
 	dmar_file_init(&i->f);
 	fs->inodes++;
 	return i;
@@ -127,9 +121,7 @@ static void inode_destroy(struct dmarfs *fs, struct inode *i)
 		free(i->xa[k].value);
 	}
 	free(i->xa);
-	for (size_t k = 0; k < i->nents; k++)
-		free(i->ents[k].name);
-	free(i->ents);
+	dmar_dir_clear(&i->dir);
 	free(i->target);
 	pthread_rwlock_destroy(&i->lock);
 	free(i);
@@ -163,7 +155,7 @@ static void fill_stat(const struct inode *i, struct stat *st)
 	} else if (S_ISLNK(i->mode)) {
 		st->st_size = (off_t)strlen(i->target);
 	} else if (S_ISDIR(i->mode)) {
-		st->st_size = (off_t)(i->nents + 2) * 32;
+		st->st_size = (off_t)(dmar_dir_count(&i->dir) + 2) * 32;
 	}
 	st->st_atim = i->atime;
 	st->st_mtim = i->mtime;
@@ -188,39 +180,22 @@ static void reply_entry(fuse_req_t req, struct dmarfs *fs, struct inode *i)
 
 /* ---- directories (ns held) -------------------------------------------- */
 
-static struct dirent_ *dir_find(struct inode *d, const char *name)
+/* Entry name in d, or NULL.  ns held. */
+#define ENTRY_INO(e) ((struct inode *)(e)->ino)
+
+static struct dmar_dirent *dir_find(struct inode *d, const char *name)
 {
-	for (size_t k = 0; k < d->nents; k++)
-		if (!strcmp(d->ents[k].name, name))
-			return &d->ents[k];
-	return NULL;
+	return dmar_dir_find(&d->dir, name);
 }
 
 static int dir_add(struct inode *d, const char *name, struct inode *i)
 {
-	if (strlen(name) > NAME_MAX)
-		return -ENAMETOOLONG;
-	if (d->nents == d->capents) {
-		size_t c = d->capents ? d->capents * 2 : 8;
-		struct dirent_ *n = realloc(d->ents, c * sizeof(*n));
-		if (!n)
-			return -ENOMEM;
-		d->ents = n;
-		d->capents = c;
-	}
-	char *nm = strdup(name);
-	if (!nm)
-		return -ENOMEM;
-	d->ents[d->nents++] = (struct dirent_){ nm, i, d->next_cookie++ };
-	return 0;
+	return dmar_dir_add(&d->dir, name, i);
 }
 
-static void dir_remove(struct inode *d, struct dirent_ *e)
+static void dir_remove(struct inode *d, struct dmar_dirent *e)
 {
-	size_t k = (size_t)(e - d->ents);
-	free(e->name);
-	memmove(&d->ents[k], &d->ents[k + 1], (d->nents - k - 1) * sizeof(*e));
-	d->nents--;
+	dmar_dir_remove(&d->dir, e);
 }
 
 static void touch_dir(struct inode *d)
@@ -254,7 +229,7 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	struct dmarfs *fs = FS(req);
 	struct inode *d = INO(req, parent);
 	pthread_mutex_lock(&fs->ns);
-	struct dirent_ *e = S_ISDIR(d->mode) ? dir_find(d, name) : NULL;
+	struct dmar_dirent *e = S_ISDIR(d->mode) ? dir_find(d, name) : NULL;
 	if (!e) {
 		pthread_mutex_unlock(&fs->ns);
 		/* A negative entry with a timeout of 0: creates elsewhere are
@@ -262,7 +237,7 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		fuse_reply_err(req, S_ISDIR(d->mode) ? ENOENT : ENOTDIR);
 		return;
 	}
-	reply_entry(req, fs, e->ino);
+	reply_entry(req, fs, ENTRY_INO(e));
 	pthread_mutex_unlock(&fs->ns);
 }
 
@@ -472,9 +447,9 @@ static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const 
 }
 
 /* Drop the name e from d.  ns held. */
-static void unlink_entry(struct dmarfs *fs, struct inode *d, struct dirent_ *e)
+static void unlink_entry(struct dmarfs *fs, struct inode *d, struct dmar_dirent *e)
 {
-	struct inode *i = e->ino;
+	struct inode *i = ENTRY_INO(e);
 	dir_remove(d, e);
 	if (S_ISDIR(i->mode)) {
 		i->nlink = 0;
@@ -495,14 +470,14 @@ static void remove_name(fuse_req_t req, fuse_ino_t parent, const char *name, boo
 	struct inode *d = INO(req, parent);
 	int r = 0;
 	pthread_mutex_lock(&fs->ns);
-	struct dirent_ *e = dir_find(d, name);
+	struct dmar_dirent *e = dir_find(d, name);
 	if (!e)
 		r = -ENOENT;
-	else if (dir && !S_ISDIR(e->ino->mode))
+	else if (dir && !S_ISDIR(ENTRY_INO(e)->mode))
 		r = -ENOTDIR;
-	else if (!dir && S_ISDIR(e->ino->mode))
+	else if (!dir && S_ISDIR(ENTRY_INO(e)->mode))
 		r = -EISDIR;
-	else if (dir && e->ino->nents)
+	else if (dir && dmar_dir_count(&ENTRY_INO(e)->dir))
 		r = -ENOTEMPTY;
 	else
 		unlink_entry(fs, d, e);
@@ -541,13 +516,13 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 		return;
 	}
 	pthread_mutex_lock(&fs->ns);
-	struct dirent_ *e = dir_find(d, name), *t = dir_find(nd, newname);
+	struct dmar_dirent *e = dir_find(d, name), *t = dir_find(nd, newname);
 	if (!e) {
 		r = -ENOENT;
 		goto out;
 	}
-	struct inode *i = e->ino;
-	if (t && t->ino == i)
+	struct inode *i = ENTRY_INO(e);
+	if (t && ENTRY_INO(t) == i)
 		goto out; /* same inode: nothing to do (POSIX) */
 	if ((flags & RENAME_NOREPLACE) && t) {
 		r = -EEXIST;
@@ -558,7 +533,7 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 			r = -ENOENT;
 			goto out;
 		}
-		struct inode *j = t->ino;
+		struct inode *j = ENTRY_INO(t);
 		if ((S_ISDIR(i->mode) && is_ancestor(fs, i, nd)) || (S_ISDIR(j->mode) && is_ancestor(fs, j, d))) {
 			r = -EINVAL;
 			goto out;
@@ -579,7 +554,7 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 		goto out;
 	}
 	if (t) {
-		struct inode *j = t->ino;
+		struct inode *j = ENTRY_INO(t);
 		if (S_ISDIR(i->mode) && !S_ISDIR(j->mode)) {
 			r = -ENOTDIR;
 			goto out;
@@ -588,7 +563,7 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 			r = -EISDIR;
 			goto out;
 		}
-		if (S_ISDIR(j->mode) && j->nents) {
+		if (S_ISDIR(j->mode) && dmar_dir_count(&j->dir)) {
 			r = -ENOTEMPTY;
 			goto out;
 		}
@@ -828,18 +803,10 @@ static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, s
 		used += n;
 		off = 2;
 	}
-	size_t lo = 0, hi = d->nents;
-	while (lo < hi) {
-		size_t mid = (lo + hi) / 2;
-		if (d->ents[mid].cookie <= (uint64_t)off)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	for (size_t k = lo; k < d->nents; k++) {
-		struct dirent_ *e = &d->ents[k];
-		st.st_ino = e->ino->st_ino;
-		st.st_mode = e->ino->mode & S_IFMT;
+	size_t pos = dmar_dir_seek(&d->dir, (uint64_t)off);
+	for (struct dmar_dirent *e; (e = dmar_dir_next(&d->dir, &pos));) {
+		st.st_ino = ENTRY_INO(e)->st_ino;
+		st.st_mode = ENTRY_INO(e)->mode & S_IFMT;
 		size_t n = fuse_add_direntry(req, buf + used, size - used, e->name, &st, (off_t)e->cookie);
 		if (n > size - used)
 			break;
@@ -1178,17 +1145,16 @@ int dmarfs_new(struct dmarfs **out, const struct dmarfs_config *cfg)
 
 static void free_tree(struct dmarfs *fs, struct inode *d)
 {
-	for (size_t k = 0; k < d->nents; k++) {
-		struct inode *i = d->ents[k].ino;
+	size_t pos = 0;
+	for (struct dmar_dirent *e; (e = dmar_dir_next(&d->dir, &pos));) {
+		struct inode *i = ENTRY_INO(e);
 		if (S_ISDIR(i->mode))
 			free_tree(fs, i);
 		/* hard links: free at the last name */
 		if (S_ISDIR(i->mode) || --i->nlink == 0)
 			inode_destroy(fs, i);
 	}
-	for (size_t k = 0; k < d->nents; k++)
-		free(d->ents[k].name);
-	d->nents = 0;
+	dmar_dir_clear(&d->dir);
 }
 
 void dmarfs_free(struct dmarfs *fs)
