@@ -94,18 +94,21 @@ static int emit(struct dmar_encoder *e, const void *buf, size_t len)
 	return 0;
 }
 
-/* Does the block look compressible?  Level-1 zstd on three 4 KiB samples
- * costs well under 1 % of compressing the block, and spares random or
- * already-compressed data the full attempt (the main cost of packing it). */
+/* Does the block look compressible?  Level-1 zstd on 16 samples of 1 KiB
+ * spread over the block costs well under 1 % of compressing it, and spares
+ * random or already-compressed data the full attempt (the main cost of
+ * packing it).  Many small samples, not a few big ones: a block of a tar
+ * mixes compressed and text members, and a few samples landing in .gz
+ * members stored whole blocks of text raw (1.14x zstd -3 on the benchmark
+ * corpus). */
 static bool worth_compressing(ZSTD_CCtx *sctx, const uint8_t *p, size_t len)
 {
-	enum { S = 4096 };
-	if (len < 16 * S)
+	enum { S = 1024, N = 16 };
+	if (len < 4 * N * S)
 		return true;
-	uint8_t sample[3 * S], out[3 * S + 512];
-	memcpy(sample, p, S);
-	memcpy(sample + S, p + len / 2, S);
-	memcpy(sample + 2 * S, p + len - S, S);
+	uint8_t sample[N * S], out[N * S + 512];
+	for (size_t k = 0; k < N; k++)
+		memcpy(sample + k * S, p + (len - S) * k / (N - 1), S);
 	size_t c = ZSTD_compressCCtx(sctx, out, sizeof(out), sample, sizeof(sample), 1);
 	if (ZSTD_isError(c))
 		return true;
