@@ -59,6 +59,10 @@ struct inode {
 	struct dmar_file f;
 	/* symlinks */
 	char *target;
+	/* idle encoding */
+	bool queued;         /* on fs->idle_head: atomic hint, set under ns */
+	struct inode *idle_next; /* protected by fs->ns */
+	uint64_t last_write; /* CLOCK_MONOTONIC seconds, atomic */
 };
 
 struct dmarfs {
@@ -67,6 +71,13 @@ struct dmarfs {
 	struct inode *root;
 	uint64_t next_ino;   /* protected by ns */
 	uint64_t inodes;     /* protected by ns */
+	/* Files written to and not encoded since: the idle encoder's work
+	 * list.  Each listed inode holds a lookup reference.  Protected by
+	 * ns; idle_cond (with ns) wakes the encoder thread to stop. */
+	struct inode *idle_head;
+	pthread_cond_t idle_cond;
+	pthread_t idle_thread;
+	bool idle_running, idle_stop;
 };
 
 static struct dmarfs *FS(fuse_req_t req)
@@ -207,9 +218,82 @@ static void touch_dir(struct inode *d)
 
 /* ---- operations ----------------------------------------------------- */
 
+static void encode_inode(struct dmarfs *fs, struct inode *i, bool retry);
+static void forget_one(struct dmarfs *fs, struct inode *i, uint64_t n);
+static uint64_t mono_seconds(void);
+
+/* Seconds without writes after which a file still open is encoded. */
+#define IDLE_SECONDS 5
+
+static void *idle_main(void *arg)
+{
+	struct dmarfs *fs = arg;
+	pthread_mutex_lock(&fs->ns);
+	while (!fs->idle_stop) {
+		struct timespec until;
+		clock_gettime(CLOCK_REALTIME, &until);
+		until.tv_sec += 1;
+		pthread_cond_timedwait(&fs->idle_cond, &fs->ns, &until);
+		uint64_t now_s = mono_seconds();
+		for (struct inode **p = &fs->idle_head; *p && !fs->idle_stop;) {
+			struct inode *i = *p;
+			if (now_s - __atomic_load_n(&i->last_write, __ATOMIC_RELAXED) < IDLE_SECONDS) {
+				p = &i->idle_next;
+				continue;
+			}
+			*p = i->idle_next;
+			i->queued = false;
+			bool live = i->nlink > 0 && S_ISREG(i->mode);
+			pthread_mutex_unlock(&fs->ns);
+			/* A write meanwhile queues the file again; one during
+			 * the encode makes its plan stale, and it waits. */
+			if (live)
+				encode_inode(fs, i, false);
+			pthread_mutex_lock(&fs->ns);
+			forget_one(fs, i, 1);
+			p = &fs->idle_head; /* the list may have changed */
+		}
+	}
+	pthread_mutex_unlock(&fs->ns);
+	return NULL;
+}
+
+/* Threads start here, not before: the daemon forks after mounting. */
+static void idle_start(struct dmarfs *fs)
+{
+	pthread_mutex_lock(&fs->ns);
+	fs->idle_running = pthread_create(&fs->idle_thread, NULL, idle_main, fs) == 0;
+	pthread_mutex_unlock(&fs->ns);
+}
+
+static void idle_stop(struct dmarfs *fs)
+{
+	pthread_mutex_lock(&fs->ns);
+	bool running = fs->idle_running;
+	fs->idle_stop = true;
+	fs->idle_running = false;
+	pthread_cond_broadcast(&fs->idle_cond);
+	pthread_mutex_unlock(&fs->ns);
+	if (running)
+		pthread_join(fs->idle_thread, NULL);
+	pthread_mutex_lock(&fs->ns);
+	while (fs->idle_head) {
+		struct inode *i = fs->idle_head;
+		fs->idle_head = i->idle_next;
+		i->queued = false;
+		forget_one(fs, i, 1);
+	}
+	pthread_mutex_unlock(&fs->ns);
+}
+
+static void op_destroy(void *userdata)
+{
+	idle_stop(userdata);
+}
+
 static void op_init(void *userdata, struct fuse_conn_info *conn)
 {
-	(void)userdata;
+	idle_start(userdata);
 	/* No writeback cache: every write reaches the daemon before write()
 	 * returns, so a full arena is ENOSPC from write() itself, st_blocks
 	 * and SEEK_DATA/SEEK_HOLE see all data, and the kernel still caches
@@ -663,6 +747,30 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, stru
 	pthread_rwlock_unlock(&i->lock);
 }
 
+static uint64_t mono_seconds(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (uint64_t)t.tv_sec;
+}
+
+/* A written file goes on the idle list (once), so that one held open and
+ * no longer written to is encoded too, not only at close or fsync. */
+static void queue_idle(struct dmarfs *fs, struct inode *i)
+{
+	__atomic_store_n(&i->last_write, mono_seconds(), __ATOMIC_RELAXED);
+	if (__atomic_load_n(&i->queued, __ATOMIC_RELAXED))
+		return;
+	pthread_mutex_lock(&fs->ns);
+	if (!i->queued && fs->idle_running) {
+		i->queued = true;
+		i->nlookup++;
+		i->idle_next = fs->idle_head;
+		fs->idle_head = i;
+	}
+	pthread_mutex_unlock(&fs->ns);
+}
+
 static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
 		     struct fuse_file_info *fi)
 {
@@ -681,10 +789,12 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 			i->mode &= ~(mode_t)(S_ISUID | ((i->mode & S_IXGRP) ? S_ISGID : 0));
 	}
 	pthread_rwlock_unlock(&i->lock);
-	if (r)
+	if (r) {
 		fuse_reply_err(req, -r);
-	else
-		fuse_reply_write(req, size);
+		return;
+	}
+	fuse_reply_write(req, size);
+	queue_idle(fs, i);
 }
 
 static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -1087,6 +1197,7 @@ static void op_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence, stru
 
 static const struct fuse_lowlevel_ops ops = {
 	.init = op_init,
+	.destroy = op_destroy,
 	.lookup = op_lookup,
 	.forget = op_forget,
 	.forget_multi = op_forget_multi,
@@ -1132,6 +1243,7 @@ int dmarfs_new(struct dmarfs **out, const struct dmarfs_config *cfg)
 	fs->cfg = *cfg;
 	fs->next_ino = 1;
 	pthread_mutex_init(&fs->ns, NULL);
+	pthread_cond_init(&fs->idle_cond, NULL);
 	fs->root = inode_new(fs, S_IFDIR | (cfg->root_mode & 07777), cfg->root_uid, cfg->root_gid);
 	if (!fs->root) {
 		free(fs);
@@ -1161,8 +1273,10 @@ void dmarfs_free(struct dmarfs *fs)
 {
 	if (!fs)
 		return;
+	idle_stop(fs);
 	free_tree(fs, fs->root);
 	inode_destroy(fs, fs->root);
+	pthread_cond_destroy(&fs->idle_cond);
 	pthread_mutex_destroy(&fs->ns);
 	free(fs);
 }
