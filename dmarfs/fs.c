@@ -78,6 +78,8 @@ struct dmarfs {
 	pthread_cond_t idle_cond;
 	pthread_t idle_thread;
 	bool idle_running, idle_stop;
+	struct inode *grave;  /* see inode_maybe_free; protected by ns */
+	size_t ngrave;
 };
 
 static struct dmarfs *FS(fuse_req_t req)
@@ -124,6 +126,30 @@ static struct inode *inode_new(struct dmarfs *fs, mode_t mode, uid_t uid, gid_t 
 	return i;
 }
 
+/* Inodes kept after their last reference (inode_maybe_free), newest
+ * first; the oldest half is freed when there are more than this. */
+#define GRAVE_MAX 4096
+
+static void inode_destroy(struct dmarfs *fs, struct inode *i);
+
+static void bury_half(struct dmarfs *fs)
+{
+	struct inode *i = fs->grave;
+	for (size_t k = 1; i && k < GRAVE_MAX / 2; k++)
+		i = i->idle_next;
+	if (!i)
+		return;
+	struct inode *old = i->idle_next;
+	i->idle_next = NULL;
+	while (old) {
+		struct inode *n = old->idle_next;
+		fs->inodes++; /* inode_destroy counts it down again */
+		inode_destroy(fs, old);
+		fs->ngrave--;
+		old = n;
+	}
+}
+
 static void inode_destroy(struct dmarfs *fs, struct inode *i)
 {
 	dmar_file_clear(&i->f, &fs->cfg.ctx);
@@ -144,8 +170,19 @@ static void inode_destroy(struct dmarfs *fs, struct inode *i)
  * Called with fs->ns held. */
 static void inode_maybe_free(struct dmarfs *fs, struct inode *i)
 {
-	if (i != fs->root && i->nlookup == 0 && i->nlink == 0)
-		inode_destroy(fs, i);
+	if (i == fs->root || i->nlookup != 0 || i->nlink != 0)
+		return;
+	/* Free the contents (arena memory) now, but keep the small struct a
+	 * while: under the sanitizer build a READLINK was seen still running
+	 * on an inode whose FORGET had just arrived on another thread, and a
+	 * late reader must find valid memory (it sees an empty file or the
+	 * old symlink target), not freed memory.  See the note on issue 3. */
+	dmar_file_clear(&i->f, &fs->cfg.ctx);
+	fs->inodes--;
+	i->idle_next = fs->grave;
+	fs->grave = i;
+	if (++fs->ngrave > GRAVE_MAX)
+		bury_half(fs);
 }
 
 static void fill_stat(const struct inode *i, struct stat *st)
@@ -715,6 +752,36 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	}
 }
 
+/* Decoded bytes of compressed chunks go to a per-thread buffer, kept
+ * between requests (a fresh 1 MiB malloc per read would page-fault) and
+ * freed when the thread ends. */
+struct scratch {
+	size_t cap;
+	uint8_t b[];
+};
+static pthread_key_t scratch_key;
+static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
+
+static void scratch_init(void)
+{
+	pthread_key_create(&scratch_key, free);
+}
+
+static uint8_t *read_scratch(size_t size)
+{
+	pthread_once(&scratch_once, scratch_init);
+	struct scratch *s = pthread_getspecific(scratch_key);
+	if (!s || s->cap < size) {
+		struct scratch *n = realloc(s, sizeof(*n) + (size ? size : 1));
+		if (!n)
+			return NULL;
+		n->cap = size;
+		s = n;
+		pthread_setspecific(scratch_key, s);
+	}
+	return s->b;
+}
+
 static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
 {
 	(void)fi;
@@ -724,18 +791,10 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, stru
 	 * the reader's pages.  The inode lock keeps it stable meanwhile. */
 	enum { MAX_IOV = 64 };
 	struct iovec iov[MAX_IOV];
-	/* Decoded bytes of compressed chunks go to a per-thread buffer, kept
-	 * between requests: a fresh 1 MiB malloc per read would page-fault. */
-	static __thread uint8_t *scratch;
-	static __thread size_t scratch_cap;
-	if (size > scratch_cap) {
-		uint8_t *n = realloc(scratch, size);
-		if (!n) {
-			fuse_reply_err(req, ENOMEM);
-			return;
-		}
-		scratch = n;
-		scratch_cap = size;
+	uint8_t *scratch = read_scratch(size);
+	if (!scratch) {
+		fuse_reply_err(req, ENOMEM);
+		return;
 	}
 	size_t got = 0;
 	pthread_rwlock_rdlock(&i->lock);
@@ -793,8 +852,8 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 		fuse_reply_err(req, -r);
 		return;
 	}
+	queue_idle(fs, i); /* before the reply: after it, i may be forgotten */
 	fuse_reply_write(req, size);
-	queue_idle(fs, i);
 }
 
 static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -1274,6 +1333,12 @@ void dmarfs_free(struct dmarfs *fs)
 	if (!fs)
 		return;
 	idle_stop(fs);
+	while (fs->grave) {
+		struct inode *n = fs->grave->idle_next;
+		fs->inodes++;
+		inode_destroy(fs, fs->grave);
+		fs->grave = n;
+	}
 	free_tree(fs, fs->root);
 	inode_destroy(fs, fs->root);
 	pthread_cond_destroy(&fs->idle_cond);

@@ -90,7 +90,7 @@ int main(int argc, char **argv)
 	struct fuse_loop_config *lc = fuse_loop_cfg_create();
 	if (lc) {
 		fuse_loop_cfg_set_clone_fd(lc, 0);
-		fuse_loop_cfg_set_max_threads(lc, 16);
+		fuse_loop_cfg_set_max_threads(lc, o.threads ? o.threads : 16);
 		r = fuse_session_loop_mt(se, lc);
 		fuse_loop_cfg_destroy(lc);
 	} else {

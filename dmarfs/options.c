@@ -130,7 +130,8 @@ static int apply(struct dmarfs_opts *o, char *item)
 			*(uint64_t *)field = v64;
 			return 0;
 		case T_U64:
-			if (parse_size(val, &v64) < 0 || v64 == 0)
+			/* A count: suffixes yes, a share of RAM no. */
+			if (strchr(val, '%') || parse_size(val, &v64) < 0 || v64 == 0)
 				goto bad;
 			*(uint64_t *)field = v64;
 			return 0;
@@ -223,6 +224,7 @@ static const char usage[] =
 	"  bytepack=FILE    byte pack (dmar mine) for encode=zstd\n"
 	"  node=NAME        this node's name (default: the host name)\n"
 	"  allow_other      let other users access the mount\n"
+	"  threads=N        most threads serving requests (default 16)\n"
 	"  ro, rw, nosuid, nodev, noexec, noatime, ...   as for any mount\n"
 	"  -f               stay in the foreground;  -d  debug (implies -f)\n";
 
@@ -234,7 +236,7 @@ int dmarfs_opts_parse(int argc, char **argv, struct dmarfs_opts *o)
 	o->gid = getgid();
 	o->encode = DMAR_ENCODE_DEDUP;
 	o->level = 3;
-	o->threads = 2;
+	o->threads = 16;
 	char *pos[2] = { NULL, NULL };
 	int npos = 0;
 	for (int i = 1; i < argc; i++) {

@@ -27,7 +27,7 @@ struct dmarfs_opts {
 	char *bytepack;
 	char *node;
 	bool foreground, debug, allow_other, ro;
-	unsigned threads;    /* encoding threads */
+	unsigned threads;    /* most FUSE worker threads */
 	char *fuse_opts;     /* generic options passed to the kernel/libfuse */
 };
 
