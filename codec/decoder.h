@@ -90,9 +90,9 @@ struct dmar_decode_stats {
  *   -ENOKEY    needs a byte pack that was not given (or another one)
  *   -ENOENT    reference data missing a chunk (or none given), or not the
  *              bases the artifact was made against
- * *st is filled in also on failure (with what was read so far).
  *   -ENODATA   truncated
  *   other      from read/write callbacks or ENOMEM
+ * *st is filled in also on failure, with what was read so far.
  */
 int dmar_decode(const struct dmar_decoder_opts *o, dmar_read_fn read, void *rctx,
 		dmar_write_fn write, void *wctx, void (*progress)(void *, uint64_t), void *pctx,
