@@ -937,6 +937,21 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	fuse_reply_open(req, fi);
 }
 
+/* Append one entry to a readdir reply; false when it does not fit. */
+static bool add_dirent(fuse_req_t req, char *buf, size_t size, size_t *used, const char *name,
+		       const struct inode *i, off_t cookie)
+{
+	struct stat st;
+	memset(&st, 0, sizeof(st));
+	st.st_ino = i->st_ino;
+	st.st_mode = i->mode & S_IFMT;
+	size_t n = fuse_add_direntry(req, buf + *used, size - *used, name, &st, cookie);
+	if (n > size - *used)
+		return false;
+	*used += n;
+	return true;
+}
+
 static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
 {
 	(void)fi;
@@ -948,39 +963,17 @@ static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, s
 		return;
 	}
 	size_t used = 0;
-	struct stat st;
-	memset(&st, 0, sizeof(st));
 	pthread_mutex_lock(&fs->ns);
 	/* Offsets are entry cookies: an entry added or removed during a
 	 * listing neither repeats nor hides the others. */
-	if (off < 1) {
-		st.st_ino = d->st_ino;
-		st.st_mode = S_IFDIR;
-		size_t n = fuse_add_direntry(req, buf + used, size - used, ".", &st, 1);
-		if (n > size - used)
-			goto full;
-		used += n;
-		off = 1;
-	}
-	if (off < 2) {
-		struct inode *p = d == fs->root ? d : d->parent;
-		st.st_ino = p->st_ino;
-		st.st_mode = S_IFDIR;
-		size_t n = fuse_add_direntry(req, buf + used, size - used, "..", &st, 2);
-		if (n > size - used)
-			goto full;
-		used += n;
-		off = 2;
-	}
-	size_t pos = dmar_dir_seek(&d->dir, (uint64_t)off);
-	for (struct dmar_dirent *e; (e = dmar_dir_next(&d->dir, &pos));) {
-		st.st_ino = ENTRY_INO(e)->st_ino;
-		st.st_mode = ENTRY_INO(e)->mode & S_IFMT;
-		size_t n = fuse_add_direntry(req, buf + used, size - used, e->name, &st, (off_t)e->cookie);
-		if (n > size - used)
+	if (off < 1 && !add_dirent(req, buf, size, &used, ".", d, 1))
+		goto full;
+	if (off < 2 && !add_dirent(req, buf, size, &used, "..", d == fs->root ? d : d->parent, 2))
+		goto full;
+	size_t pos = dmar_dir_seek(&d->dir, off < 2 ? 2 : (uint64_t)off);
+	for (struct dmar_dirent *e; (e = dmar_dir_next(&d->dir, &pos));)
+		if (!add_dirent(req, buf, size, &used, e->name, ENTRY_INO(e), (off_t)e->cookie))
 			break;
-		used += n;
-	}
 full:
 	pthread_mutex_unlock(&fs->ns);
 	fuse_reply_buf(req, buf, used);
