@@ -411,10 +411,24 @@ static int append_space(struct dmar_file *f, struct dmar_fsctx *c, size_t len)
 	return 0;
 }
 
+static int copy_mem(void *ctx, uint8_t *dst, size_t len)
+{
+	const uint8_t **p = ctx;
+	memcpy(dst, *p, len);
+	*p += len;
+	return 0;
+}
+
 int dmar_file_write(struct dmar_file *f, struct dmar_fsctx *c, uint64_t off, const void *buf, size_t len)
 {
-	f->gen++;
 	const uint8_t *p = buf;
+	return dmar_file_write_with(f, c, off, len, copy_mem, &p);
+}
+
+int dmar_file_write_with(struct dmar_file *f, struct dmar_fsctx *c, uint64_t off, size_t len,
+			 int (*copy)(void *ctx, uint8_t *dst, size_t len), void *ctx)
+{
+	f->gen++;
 	if (!len)
 		return 0;
 	if (off > UINT64_MAX - len)
@@ -457,7 +471,8 @@ int dmar_file_write(struct dmar_file *f, struct dmar_fsctx *c, uint64_t off, con
 		struct dmar_extent *e = &f->ext[find(f, pos)];
 		uint64_t in = pos - e->off;
 		uint64_t n = e->len - in < end - pos ? e->len - in : end - pos;
-		memcpy(raw_ptr(c, e) + in, p + (pos - off), n);
+		if ((r = copy(ctx, raw_ptr(c, e) + in, (size_t)n)) < 0)
+			return r; /* the source failed: the range holds part of it */
 		pos += n;
 	}
 	return 0;

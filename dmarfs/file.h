@@ -71,6 +71,11 @@ int dmar_file_read_iov(struct dmar_file *f, struct dmar_fsctx *c, uint64_t off, 
 /* Write len bytes at off (the file grows as needed).  -ENOSPC leaves the
  * file as it was. */
 int dmar_file_write(struct dmar_file *f, struct dmar_fsctx *c, uint64_t off, const void *buf, size_t len);
+/* The same with the bytes coming from copy, called in order for pieces
+ * that add up to len (e.g. straight from the FUSE request's pipe).  A
+ * copy error after room was made leaves the range partly written. */
+int dmar_file_write_with(struct dmar_file *f, struct dmar_fsctx *c, uint64_t off, size_t len,
+			 int (*copy)(void *ctx, uint8_t *dst, size_t len), void *ctx);
 /* Set the size: shrinking drops extents, growing adds a hole. */
 int dmar_file_truncate(struct dmar_file *f, struct dmar_fsctx *c, uint64_t size);
 /* Reserve memory for [off, off+len) (holes become zeroed RAW); with

@@ -341,6 +341,8 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 		conn->want |= FUSE_CAP_PARALLEL_DIROPS;
 	conn->want &= ~(unsigned)FUSE_CAP_POSIX_LOCKS; /* the kernel handles locks locally */
 	conn->want &= ~(unsigned)FUSE_CAP_FLOCK_LOCKS;
+	if (conn->capable & FUSE_CAP_SPLICE_READ)
+		conn->want |= FUSE_CAP_SPLICE_READ;
 	conn->max_write = 1u << 20;
 	conn->max_readahead = 1u << 20;
 }
@@ -830,6 +832,43 @@ static void queue_idle(struct dmarfs *fs, struct inode *i)
 	pthread_mutex_unlock(&fs->ns);
 }
 
+/* Bytes of a write request, copied piece by piece into the arena: with
+ * splice the request's data sits in a pipe and goes to arena memory in one
+ * copy, without passing through a libfuse buffer first. */
+static int copy_bufvec(void *ctx, uint8_t *dst, size_t len)
+{
+	struct fuse_bufvec *src = ctx;
+	struct fuse_bufvec d = FUSE_BUFVEC_INIT(len);
+	d.buf[0].mem = dst;
+	ssize_t n = fuse_buf_copy(&d, src, 0);
+	if (n < 0)
+		return (int)n;
+	return (size_t)n == len ? 0 : -EIO;
+}
+
+static void op_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *bufv, off_t off,
+			 struct fuse_file_info *fi)
+{
+	struct dmarfs *fs = FS(req);
+	struct inode *i = INO(req, ino);
+	size_t size = fuse_buf_size(bufv);
+	pthread_rwlock_wrlock(&i->lock);
+	uint64_t at = (fi->flags & O_APPEND) ? i->f.size : (uint64_t)off;
+	int r = dmar_file_write_with(&i->f, &fs->cfg.ctx, at, size, copy_bufvec, bufv);
+	if (!r) {
+		i->mtime = i->ctime = now();
+		if (i->mode & (S_ISUID | S_ISGID) && !(fuse_req_ctx(req)->uid == 0))
+			i->mode &= ~(mode_t)(S_ISUID | ((i->mode & S_IXGRP) ? S_ISGID : 0));
+	}
+	pthread_rwlock_unlock(&i->lock);
+	if (r) {
+		fuse_reply_err(req, -r);
+		return;
+	}
+	queue_idle(fs, i); /* before the reply: after it, i may be forgotten */
+	fuse_reply_write(req, size);
+}
+
 static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
 		     struct fuse_file_info *fi)
 {
@@ -1266,6 +1305,7 @@ static const struct fuse_lowlevel_ops ops = {
 	.open = op_open,
 	.read = op_read,
 	.write = op_write,
+	.write_buf = op_write_buf,
 	.flush = op_flush,
 	.release = op_release,
 	.fsync = op_fsync,
