@@ -262,32 +262,6 @@ static const uint8_t *chunk_bytes(struct dmar_fsctx *c, const struct dmar_extent
 
 /* --- read -------------------------------------------------------------- */
 
-ssize_t dmar_file_read(struct dmar_file *f, struct dmar_fsctx *c, uint64_t off, size_t len, uint8_t *buf)
-{
-	if (off >= f->size)
-		return 0;
-	if (len > f->size - off)
-		len = (size_t)(f->size - off);
-	size_t done = 0;
-	for (size_t i = find(f, off); done < len; i++) {
-		const struct dmar_extent *e = &f->ext[i];
-		uint64_t in = off + done - e->off;
-		size_t n = e->len - in < len - done ? (size_t)(e->len - in) : len - done;
-		if (e->kind == EXT_HOLE) {
-			memset(buf + done, 0, n);
-		} else if (e->kind == EXT_RAW) {
-			memcpy(buf + done, raw_ptr(c, e) + in, n);
-		} else {
-			int err = 0;
-			const uint8_t *p = chunk_bytes(c, e, &err);
-			if (!p)
-				return err;
-			memcpy(buf + done, p + e->skip + in, n);
-		}
-		done += n;
-	}
-	return (ssize_t)done;
-}
 
 static const uint8_t zero_page[65536];
 
@@ -409,20 +383,6 @@ static int append_space(struct dmar_file *f, struct dmar_fsctx *c, size_t len)
 	f->ext[f->n++] = e;
 	f->size += len;
 	return 0;
-}
-
-static int copy_mem(void *ctx, uint8_t *dst, size_t len)
-{
-	const uint8_t **p = ctx;
-	memcpy(dst, *p, len);
-	*p += len;
-	return 0;
-}
-
-int dmar_file_write(struct dmar_file *f, struct dmar_fsctx *c, uint64_t off, const void *buf, size_t len)
-{
-	const uint8_t *p = buf;
-	return dmar_file_write_with(f, c, off, len, copy_mem, &p);
 }
 
 int dmar_file_write_with(struct dmar_file *f, struct dmar_fsctx *c, uint64_t off, size_t len,

@@ -59,21 +59,17 @@ void dmar_file_init(struct dmar_file *f);
 /* Drop every extent (references, allocations). */
 void dmar_file_clear(struct dmar_file *f, struct dmar_fsctx *c);
 
-/* Copy up to len bytes at off into buf; returns bytes (0 at EOF) or -errno. */
-ssize_t dmar_file_read(struct dmar_file *f, struct dmar_fsctx *c, uint64_t off, size_t len, uint8_t *buf);
-/* The same without copying: fills up to max iovecs pointing into the
- * arena (valid while the caller holds the inode lock and the file does not
- * change); holes point at a shared zero page, compressed chunks are decoded
+/* Read up to len bytes at off without copying: fills up to max iovecs
+ * pointing into the arena (valid while the caller holds the inode lock and
+ * the file does not change); holes point at a shared zero page, compressed chunks are decoded
  * into scratch (which needs len bytes).  Returns the iovec count and sets
  * *got to the bytes covered (0 at EOF), or -errno. */
 int dmar_file_read_iov(struct dmar_file *f, struct dmar_fsctx *c, uint64_t off, size_t len, struct iovec *iov,
 		       int max, uint8_t *scratch, size_t *got);
-/* Write len bytes at off (the file grows as needed).  -ENOSPC leaves the
- * file as it was. */
-int dmar_file_write(struct dmar_file *f, struct dmar_fsctx *c, uint64_t off, const void *buf, size_t len);
-/* The same with the bytes coming from copy, called in order for pieces
- * that add up to len (e.g. straight from the FUSE request's pipe).  A
- * copy error after room was made leaves the range partly written. */
+/* Write len bytes at off (the file grows as needed), the bytes coming
+ * from copy, called in order for pieces that add up to len (straight from
+ * the FUSE request's pipe).  Room is made first: -ENOSPC leaves the file
+ * as it was; a copy error after that leaves the range partly written. */
 int dmar_file_write_with(struct dmar_file *f, struct dmar_fsctx *c, uint64_t off, size_t len,
 			 int (*copy)(void *ctx, uint8_t *dst, size_t len), void *ctx);
 /* Set the size: shrinking drops extents, growing adds a hole. */

@@ -846,31 +846,9 @@ static int copy_bufvec(void *ctx, uint8_t *dst, size_t len)
 	return (size_t)n == len ? 0 : -EIO;
 }
 
-static void op_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *bufv, off_t off,
-			 struct fuse_file_info *fi)
-{
-	struct dmarfs *fs = FS(req);
-	struct inode *i = INO(req, ino);
-	size_t size = fuse_buf_size(bufv);
-	pthread_rwlock_wrlock(&i->lock);
-	uint64_t at = (fi->flags & O_APPEND) ? i->f.size : (uint64_t)off;
-	int r = dmar_file_write_with(&i->f, &fs->cfg.ctx, at, size, copy_bufvec, bufv);
-	if (!r) {
-		i->mtime = i->ctime = now();
-		if (i->mode & (S_ISUID | S_ISGID) && !(fuse_req_ctx(req)->uid == 0))
-			i->mode &= ~(mode_t)(S_ISUID | ((i->mode & S_IXGRP) ? S_ISGID : 0));
-	}
-	pthread_rwlock_unlock(&i->lock);
-	if (r) {
-		fuse_reply_err(req, -r);
-		return;
-	}
-	queue_idle(fs, i); /* before the reply: after it, i may be forgotten */
-	fuse_reply_write(req, size);
-}
-
-static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
-		     struct fuse_file_info *fi)
+/* Both write paths: make room, copy the bytes in, update times. */
+static void do_write(fuse_req_t req, fuse_ino_t ino, off_t off, size_t size, struct fuse_file_info *fi,
+		     int (*copy)(void *ctx, uint8_t *dst, size_t len), void *ctx)
 {
 	struct dmarfs *fs = FS(req);
 	struct inode *i = INO(req, ino);
@@ -878,7 +856,7 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 	 * like pwrite on an O_APPEND file descriptor. */
 	pthread_rwlock_wrlock(&i->lock);
 	uint64_t at = (fi->flags & O_APPEND) ? i->f.size : (uint64_t)off;
-	int r = dmar_file_write(&i->f, &fs->cfg.ctx, at, buf, size);
+	int r = dmar_file_write_with(&i->f, &fs->cfg.ctx, at, size, copy, ctx);
 	if (!r) {
 		i->mtime = i->ctime = now();
 		/* Writing clears set-user-ID (the kernel does this too, but
@@ -893,6 +871,12 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 	}
 	queue_idle(fs, i); /* before the reply: after it, i may be forgotten */
 	fuse_reply_write(req, size);
+}
+
+static void op_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *bufv, off_t off,
+			 struct fuse_file_info *fi)
+{
+	do_write(req, ino, off, fuse_buf_size(bufv), fi, copy_bufvec, bufv);
 }
 
 static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -1304,8 +1288,7 @@ static const struct fuse_lowlevel_ops ops = {
 	.link = op_link,
 	.open = op_open,
 	.read = op_read,
-	.write = op_write,
-	.write_buf = op_write_buf,
+	.write_buf = op_write_buf, /* libfuse uses it for every write */
 	.flush = op_flush,
 	.release = op_release,
 	.fsync = op_fsync,
