@@ -62,19 +62,25 @@ void dmar_file_clear(struct dmar_file *f, struct dmar_fsctx *c)
 	f->gen = gen + 1;
 }
 
-static int reserve(struct dmar_file *f, size_t extra)
+/* Make room for need extents in a growable array (doubling). */
+static int grow_extents(struct dmar_extent **a, size_t *cap, size_t need)
 {
-	if (f->n + extra <= f->cap)
+	if (need <= *cap)
 		return 0;
-	size_t cap = f->cap ? f->cap : 8;
-	while (cap < f->n + extra)
-		cap *= 2;
-	struct dmar_extent *e = realloc(f->ext, cap * sizeof(*e));
+	size_t c = *cap ? *cap : 8;
+	while (c < need)
+		c *= 2;
+	struct dmar_extent *e = realloc(*a, c * sizeof(*e));
 	if (!e)
 		return -ENOMEM;
-	f->ext = e;
-	f->cap = cap;
+	*a = e;
+	*cap = c;
 	return 0;
+}
+
+static int reserve(struct dmar_file *f, size_t extra)
+{
+	return grow_extents(&f->ext, &f->cap, f->n + extra);
 }
 
 /* Index of the extent containing off (off < size). */
@@ -636,15 +642,8 @@ static int encode_run(const struct dmar_file *f, struct dmar_fsctx *c, size_t i,
 			size_t n = dmar_chunker_next(&c->chunker, win + pos, wlen - pos, eof);
 			if (!n)
 				break;
-			if (nout == capout) {
-				capout = capout ? capout * 2 : 64;
-				struct dmar_extent *no = realloc(out, capout * sizeof(*no));
-				if (!no) {
-					r = -ENOMEM;
-					goto fail;
-				}
-				out = no;
-			}
+			if ((r = grow_extents(&out, &capout, nout + 1)) < 0)
+				goto fail;
 			if ((r = store_chunk(c, win + pos, (uint32_t)n, &out[nout])) < 0)
 				goto fail;
 			out[nout].off = start + cut;
@@ -767,15 +766,8 @@ ssize_t dmar_file_share(struct dmar_file *dst, struct dmar_file *src, struct dma
 		const struct dmar_extent *e = &src->ext[i];
 		uint64_t in = soff + done - e->off;
 		uint64_t n = e->len - in < len - done ? e->len - in : len - done;
-		if (nt == capt) {
-			capt = capt ? capt * 2 : 16;
-			struct dmar_extent *nt2 = realloc(tmp, capt * sizeof(*tmp));
-			if (!nt2) {
-				r = -ENOMEM;
-				goto fail;
-			}
-			tmp = nt2;
-		}
+		if ((r = grow_extents(&tmp, &capt, nt + 1)) < 0)
+			goto fail;
 		struct dmar_extent x = *e;
 		x.off = doff + done;
 		x.len = n;
