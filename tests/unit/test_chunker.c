@@ -525,6 +525,66 @@ static void expect_reject(uint32_t min, uint32_t avg, uint32_t max)
 	assert_memory_equal(&ck, &before, sizeof(ck));
 }
 
+/* The cut rule one byte at a time, as docs/format.md states it: the
+ * chunker's eight-bytes-a-step loop must cut exactly here. */
+static const uint64_t ref_gear[256] = {
+#include "gear_table.inc"
+};
+
+static size_t ref_next(const struct dmar_chunker *c, const uint8_t *buf, size_t len)
+{
+	if (len <= c->min)
+		return len;
+	size_t end = len < c->max ? len : c->max, mid = c->avg < end ? c->avg : end;
+	uint64_t h = 0;
+	for (size_t i = c->min; i < end; i++) {
+		h = (h << 1) + ref_gear[buf[i]];
+		if (!(h & (i < mid ? c->mask_s : c->mask_l)))
+			return i + 1;
+	}
+	return end;
+}
+
+static void check_against_reference(const struct dmar_chunker *c, const uint8_t *buf, size_t len)
+{
+	size_t pos = 0, n = 0;
+	while (pos < len) {
+		size_t a = dmar_chunker_next(c, buf + pos, len - pos, true);
+		size_t b = ref_next(c, buf + pos, len - pos);
+		if (a != b)
+			fail_msg("chunk %zu at offset %zu: chunker cut %zu bytes, the byte rule %zu", n, pos, a, b);
+		pos += a;
+		n++;
+	}
+}
+
+static void test_matches_byte_rule(void **state)
+{
+	(void)state;
+	static const uint32_t sizes[][3] = {
+		{ 8192, 32768, 131072 }, { 256, 256, 256 }, { 256, 1024, 4096 }, { 512, 2048, 65536 },
+		{ 1024, 4096, 16384 },
+	};
+	size_t len = 8u << 20;
+	uint8_t *buf = random_buf(len, 77);
+	uint8_t *text = malloc(len);
+	assert_non_null(text);
+	/* low-entropy data too: cuts cluster differently from random */
+	for (size_t i = 0; i < len; i++)
+		text[i] = (uint8_t)("abcab cabbage\n"[i % 14] + (buf[i] % 3 == 0));
+	for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
+		struct dmar_chunker c;
+		assert_int_equal(dmar_chunker_init(&c, sizes[k][0], sizes[k][1], sizes[k][2]), 0);
+		check_against_reference(&c, buf, len);
+		check_against_reference(&c, text, len);
+		/* every alignment of the 8-byte steps against the buffer */
+		for (size_t off = 1; off < 8; off++)
+			check_against_reference(&c, buf + off, (1u << 20) + off);
+	}
+	free(text);
+	free(buf);
+}
+
 static void test_init_rejects(void **state)
 {
 	/* Not powers of two. */
@@ -592,6 +652,7 @@ int main(int argc, char **argv)
 	if (argc > 1)
 		cmocka_set_test_filter(argv[1]);
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_matches_byte_rule),
 		cmocka_unit_test(test_init_rejects),
 		cmocka_unit_test(test_init_accepts),
 		cmocka_unit_test(test_init_log2),
