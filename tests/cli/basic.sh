@@ -1,7 +1,7 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
 #
-# basic.sh - golden tests of the dmar command line (docs/cli-contract.txt):
+# basic.sh - golden tests of the dmar command line (documented in docs/dmar.1.md):
 # help and version on stdout, errors on stderr, exit codes 0/1/2, refusal to
 # overwrite or to write to a terminal, and `dmar info` numbers for files
 # whose layout is known in advance.
