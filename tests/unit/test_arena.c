@@ -23,6 +23,8 @@
 
 #include <cmocka.h>
 
+#include "prng.h"
+
 #include "alloc.h"
 #include "arena.h"
 #include "hash.h"
@@ -30,15 +32,6 @@
 #define KiB (1ull << 10)
 #define MiB (1ull << 20)
 #define GiB (1ull << 30)
-
-static uint64_t xorshift64(uint64_t *s)
-{
-	uint64_t x = *s;
-	x ^= x << 13;
-	x ^= x >> 7;
-	x ^= x << 17;
-	return *s = x;
-}
 
 static uint64_t rnd(uint64_t *s, uint64_t lo, uint64_t hi) /* [lo, hi] */
 {

@@ -19,6 +19,8 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+
+#include "prng.h"
 #include <zstd.h>
 
 #include "bytepack.h"
@@ -27,15 +29,6 @@
 
 #define NSAMPLES 2000
 #define DICT_CAP (16u << 10)
-
-static uint64_t xorshift64(uint64_t *s)
-{
-	uint64_t x = *s;
-	x ^= x << 13;
-	x ^= x >> 7;
-	x ^= x << 17;
-	return *s = x;
-}
 
 static const char *const words[] = {
 	"alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel",

@@ -17,33 +17,12 @@
 
 #include <cmocka.h>
 
+#include "prng.h"
+
 #include "chunker.h"
 #include "format.h"
 
 /* --- helpers ------------------------------------------------------------ */
-
-static uint64_t xorshift64(uint64_t *s)
-{
-	uint64_t x = *s;
-	x ^= x << 13;
-	x ^= x >> 7;
-	x ^= x << 17;
-	return *s = x;
-}
-
-static void fill_random(uint8_t *buf, size_t len, uint64_t seed)
-{
-	uint64_t s = seed ? seed : 1;
-	size_t i = 0;
-	for (; i + 8 <= len; i += 8) {
-		uint64_t v = xorshift64(&s);
-		memcpy(buf + i, &v, 8);
-	}
-	if (i < len) {
-		uint64_t v = xorshift64(&s);
-		memcpy(buf + i, &v, len - i);
-	}
-}
 
 static uint8_t *random_buf(size_t len, uint64_t seed)
 {

@@ -23,6 +23,8 @@
 
 #include <cmocka.h>
 
+#include "prng.h"
+
 #define ZSTD_STATIC_LINKING_ONLY
 #include <zstd.h>
 
@@ -35,29 +37,6 @@
 #include "refset.h"
 
 /* --- data --------------------------------------------------------------- */
-
-static uint64_t xorshift64(uint64_t *s)
-{
-	uint64_t x = *s;
-	x ^= x << 13;
-	x ^= x >> 7;
-	x ^= x << 17;
-	return *s = x;
-}
-
-static void fill_random(uint8_t *buf, size_t len, uint64_t seed)
-{
-	uint64_t s = seed ? seed : 1;
-	size_t i = 0;
-	for (; i + 8 <= len; i += 8) {
-		uint64_t v = xorshift64(&s);
-		memcpy(buf + i, &v, 8);
-	}
-	if (i < len) {
-		uint64_t v = xorshift64(&s);
-		memcpy(buf + i, &v, len - i);
-	}
-}
 
 static const char *const vocab[] = {
 	"the", "chunk", "arena", "node", "file", "memory", "remote", "copy", "bytes",

@@ -15,23 +15,9 @@
 
 #include <cmocka.h>
 
+#include "prng.h"
+
 #include "hash.h"
-
-static uint64_t xorshift64(uint64_t *s)
-{
-	uint64_t x = *s;
-	x ^= x << 13;
-	x ^= x >> 7;
-	x ^= x << 17;
-	return *s = x;
-}
-
-static void fill_random(uint8_t *buf, size_t len, uint64_t seed)
-{
-	uint64_t s = seed ? seed : 1;
-	for (size_t i = 0; i < len; i++)
-		buf[i] = (uint8_t)(xorshift64(&s) >> 32);
-}
 
 static void assert_id_hex(const struct dmar_id *id, const char *want)
 {
