@@ -1,0 +1,121 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * client.h - talking to a node's REST API (docs/rest-api.md) with libcurl.
+ *
+ * One struct dmar_client per peer (a base URL, a token, TLS settings).
+ * The simple calls map one to one onto endpoints.  push and pull are the
+ * transfer engines: push ships a file as a recipe plus only the chunks the
+ * peer lacks (have/want query, chunk batches over several parallel
+ * streams, atomic commit); pull fetches the chunks a local store lacks.
+ *
+ * Errors: every call returns 0 or a negative errno and fills err.  A
+ * peer's error answer comes back as the errno it names ("errno" field of
+ * the JSON body: -ENOSPC, -EEXIST, -ENOENT...) with its message; a
+ * transport failure is -ECONNREFUSED, -EHOSTUNREACH, -ETIMEDOUT or -EIO
+ * ("peer b (10.9.0.2:7420): connection refused"); a 401 is -EKEYREJECTED.
+ *
+ * Thread-safety: a client may be used by several threads at once (each
+ * call uses its own curl handle from a pool; connections are reused).
+ */
+#ifndef DMAR_CLIENT_H
+#define DMAR_CLIENT_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "error.h"
+#include "hash.h"
+#include "wire.h"
+
+struct dmar_client_opts {
+	const char *name;   /* the peer's name, for messages ("peer b"); may be NULL */
+	const char *url;    /* "http://10.9.0.2:7420" or "https://..." (no trailing /v1) */
+	const char *token;  /* the shared secret, or NULL */
+	const char *tls_ca; /* PEM file of the CA that signed the peer's cert, or NULL (system CAs) */
+	unsigned streams;   /* parallel streams for push/pull; 0: 4 */
+	long connect_timeout_ms; /* 0: 3000 */
+	long timeout_ms;    /* whole request; 0: none (transfers can be long), but
+			     * a stalled connection (no byte for 30 s) fails with -ETIMEDOUT */
+};
+
+struct dmar_client;
+
+int dmar_client_new(struct dmar_client **out, const struct dmar_client_opts *o, struct dmar_error *err);
+void dmar_client_free(struct dmar_client *c); /* NULL-safe */
+
+/* GET /v1/node. *out: a new reference. */
+int dmar_client_info(struct dmar_client *c, json_t **out, struct dmar_error *err);
+/* GET /v1/files/PATH: stat (with "entries" for a directory). */
+int dmar_client_stat(struct dmar_client *c, const char *path, json_t **out, struct dmar_error *err);
+/* DELETE /v1/files/PATH. */
+int dmar_client_remove(struct dmar_client *c, const char *path, struct dmar_error *err);
+/* PUT /v1/dirs/PATH. */
+int dmar_client_mkdir(struct dmar_client *c, const char *path, uint32_t mode, struct dmar_error *err);
+/* GET /v1/recipes/PATH, parsed and checked (dmar_recipe_parse). */
+int dmar_client_recipe(struct dmar_client *c, const char *path, struct dmar_recipe *out, struct dmar_error *err);
+/* POST /v1/chunks/query: missing[i] = 1 where the peer lacks ids[i]. */
+int dmar_client_query(struct dmar_client *c, const struct dmar_id *ids, size_t n, uint8_t *missing,
+		      struct dmar_error *err);
+/* PUT /v1/files/PATH with the recipe.  0 and *out (if not NULL) = the
+ * stat object; -ENODATA when the peer lacks chunks (*out, if not NULL, is
+ * the peer's answer with "missing"). */
+int dmar_client_commit(struct dmar_client *c, const char *path, const struct dmar_recipe *r, bool noreplace,
+		       json_t **out, struct dmar_error *err);
+/* POST /v1/transfers: ask the peer to ship its file path to node `to` as dest. */
+int dmar_client_transfer(struct dmar_client *c, const char *path, const char *to, const char *dest,
+			 json_t **out, struct dmar_error *err);
+
+/* ---- transfer engines ---- */
+
+struct dmar_xfer_stats {
+	uint64_t logical;     /* bytes of the file (push) or of the chunks fetched (pull) */
+	uint64_t chunks;      /* distinct chunks in the recipe / asked for */
+	uint64_t sent_chunks; /* chunks that crossed the wire */
+	uint64_t chunk_bytes; /* their decoded bytes */
+	uint64_t wire_bytes;  /* HTTP bytes both ways: headers and bodies */
+	uint64_t round_trips; /* sequential request rounds (parallel batches count once) */
+	double seconds;
+};
+typedef void (*dmar_xfer_progress_fn)(void *ctx, const struct dmar_xfer_stats *st);
+
+/* Where push reads chunk payloads.  get: fill *c for chunk id (raw or zstd
+ * without dictionary; c->payload must stay valid until put is called) --
+ * the engine compresses raw payloads for the wire where that pays.  put:
+ * the engine is done with c (release a reference, free a copy).  Called
+ * from several threads at once. */
+struct dmar_chunk_source {
+	int (*get)(void *ctx, const struct dmar_id *id, uint32_t len, struct dmar_wire_chunk *c);
+	void (*put)(void *ctx, struct dmar_wire_chunk *c);
+	void *ctx;
+};
+
+/*
+ * Ship a file to the peer as path: query the distinct chunk ids of r,
+ * upload the missing ones in batches (about 8 MiB each) over
+ * opts.streams parallel connections, then commit r.  If the commit finds
+ * chunks missing again (the peer dropped some meanwhile) they are
+ * uploaded and the commit retried, up to 3 times; a batch answered 422
+ * (a chunk did not match its id on arrival) is re-sent once from the
+ * source.  progress (may be NULL) is called now and then, and at the end.
+ * *st (may be NULL) gets the figures, also on failure.  On error the
+ * peer has no file at path (the commit is the only step that creates it).
+ */
+int dmar_client_push(struct dmar_client *c, const char *path, const struct dmar_recipe *r,
+		     const struct dmar_chunk_source *src, bool noreplace, dmar_xfer_progress_fn progress,
+		     void *pctx, struct dmar_xfer_stats *st, struct dmar_error *err);
+
+/* Where pull puts chunks: put is called once per chunk fetched, after the
+ * engine verified it against its id (decoded = c->len bytes), from several
+ * threads at once.  A negative return (-ENOSPC) stops the pull. */
+struct dmar_chunk_sink {
+	int (*put)(void *ctx, const struct dmar_wire_chunk *c, const uint8_t *decoded);
+	void *ctx;
+};
+
+/* Fetch chunks ids[0..n) (POST /v1/chunks/fetch, batched, in parallel)
+ * into sink.  -ENOENT if the peer lacks one (err names it). */
+int dmar_client_pull(struct dmar_client *c, const struct dmar_id *ids, size_t n, const struct dmar_chunk_sink *sink,
+		     dmar_xfer_progress_fn progress, void *pctx, struct dmar_xfer_stats *st, struct dmar_error *err);
+
+#endif /* DMAR_CLIENT_H */

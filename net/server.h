@@ -1,0 +1,109 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * server.h - a node's REST API (docs/rest-api.md), served by libmicrohttpd.
+ *
+ * The server owns HTTP: listening, TLS, the bearer token, body limits,
+ * routing /v1/..., parsing and checking every request (paths, JSON, id
+ * lists, recipes, chunk batches with each chunk verified against its id)
+ * and the websocket event stream.  What the requests act on -- the
+ * namespace and the chunk store -- comes from the node through struct
+ * dmar_node_ops, so the API can be tested with a fake node and no FUSE.
+ *
+ * Threads: the callbacks run on the server's threads, several at once;
+ * the node makes them thread-safe.  Each returns 0 or a negative errno; on
+ * error it may fill err with a message (the server answers with
+ * dmar_wire_http_status(code) and {"error": msg, "errno": "ENOSPC"}).
+ */
+#ifndef DMAR_SERVER_H
+#define DMAR_SERVER_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "error.h"
+#include "hash.h"
+#include "wire.h"
+
+#define DMAR_SERVER_PORT_DEFAULT 7420
+#define DMAR_SERVER_BODY_MAX_DEFAULT (64u << 20)
+
+struct dmar_node_ops {
+	/* GET /v1/node: *out = a new JSON object describing the node (name,
+	 * arena, store...); the server adds "version". */
+	int (*info)(void *ctx, json_t **out, struct dmar_error *err);
+	/* GET /v1/files/PATH: *out = a new stat object (docs/rest-api.md);
+	 * for a directory it has "entries", an array of stat objects with
+	 * "name".  path passed dmar_wire_path_check; "" is the root. */
+	int (*stat)(void *ctx, const char *path, json_t **out, struct dmar_error *err);
+	/* DELETE /v1/files/PATH: unlink a file or symlink, or rmdir an empty
+	 * directory.  -ENOENT, -ENOTEMPTY, -EINVAL for the root... */
+	int (*remove)(void *ctx, const char *path, struct dmar_error *err);
+	/* PUT /v1/dirs/PATH: mkdir (mode & 07777).  -EEXIST, -ENOENT (parent)... */
+	int (*mkdir)(void *ctx, const char *path, uint32_t mode, struct dmar_error *err);
+	/* POST /v1/chunks/query: set missing[i] to 1 for each ids[i] the node
+	 * does not hold, 0 for the others. */
+	int (*have)(void *ctx, const struct dmar_id *ids, size_t n, uint8_t *missing, struct dmar_error *err);
+	/* POST /v1/chunks, once per chunk: c passed dmar_wire_chunk_verify;
+	 * decoded is its c->len decoded bytes (c itself is the wire form, so
+	 * a node that keeps zstd frames stores c->payload as it is).  The node
+	 * holds the chunk for a later commit.  -ENOSPC when the arena is full. */
+	int (*put_chunk)(void *ctx, const struct dmar_wire_chunk *c, const uint8_t *decoded, struct dmar_error *err);
+	/* PUT /v1/files/PATH with a recipe: build the file from chunks the
+	 * node holds and make it appear at path atomically, replacing what
+	 * is there (unless noreplace: -EEXIST).  On success *out = the new
+	 * file's stat object.  If chunks are missing: -ENODATA and *out =
+	 * {"missing_count": M, "missing": ["hex", ...]} (at most
+	 * DMAR_SERVER_MISSING_LIST ids listed); nothing changes.  The server
+	 * answers -ENODATA with 409 and that object plus "error". */
+	int (*commit)(void *ctx, const char *path, const struct dmar_recipe *r, bool noreplace, json_t **out,
+		      struct dmar_error *err);
+	/* GET /v1/recipes/PATH: *buf = malloc'd recipe bytes (dmar_recipe_write)
+	 * of the regular file at path, *len its size. */
+	int (*recipe)(void *ctx, const char *path, uint8_t **buf, size_t *len, struct dmar_error *err);
+	/* GET /v1/chunks/ID and POST /v1/chunks/fetch: a copy of the chunk's
+	 * payload in *buf (malloc'd), described by *c (c->payload == *buf; raw,
+	 * or zstd without a dictionary).  -ENOENT if not held. */
+	int (*get_chunk)(void *ctx, const struct dmar_id *id, struct dmar_wire_chunk *c, uint8_t **buf,
+			 struct dmar_error *err);
+	/* POST /v1/transfers: ship the file at path to peer `to`, as dest
+	 * there; returns when done.  *out = the result object (logical and
+	 * wire bytes, seconds...).  -ENOENT (path or unknown peer), or the
+	 * peer's error. */
+	int (*transfer)(void *ctx, const char *path, const char *to, const char *dest, json_t **out,
+			struct dmar_error *err);
+};
+
+#define DMAR_SERVER_MISSING_LIST 4096
+
+struct dmar_server_opts {
+	const char *listen;   /* "ADDR:PORT", "[V6ADDR]:PORT" or "PORT"; NULL: 127.0.0.1:7420.
+			       * Port 0 picks a free one (dmar_server_port). */
+	const char *token;    /* the shared secret itself (not a file), or NULL */
+	const char *tls_cert; /* PEM file paths: both or neither (then plain HTTP) */
+	const char *tls_key;
+	uint64_t max_body;    /* bytes; 0: DMAR_SERVER_BODY_MAX_DEFAULT */
+	unsigned threads;     /* 0: 4 */
+};
+
+struct dmar_server;
+
+/*
+ * Start serving.  Refuses (-EPERM with a message) to listen on a
+ * non-loopback address without a token.  Returns 0, -EINVAL (bad listen
+ * address, one of cert/key without the other, unreadable TLS files),
+ * -EADDRINUSE..., with err saying why.
+ */
+int dmar_server_start(struct dmar_server **out, const struct dmar_server_opts *o, const struct dmar_node_ops *ops,
+		      void *ctx, struct dmar_error *err);
+/* Stop: closes the listening socket and every connection (websockets
+ * too), waits for the callbacks in flight.  NULL-safe. */
+void dmar_server_stop(struct dmar_server *s);
+uint16_t dmar_server_port(const struct dmar_server *s);
+/* Send ev (a JSON object; the server adds "time", a float of seconds since
+ * the epoch) to every websocket client of /v1/events.  Steals the
+ * reference.  Never blocks on a slow client: one that falls more than
+ * 1 MiB behind is dropped.  Thread-safe. */
+void dmar_server_event(struct dmar_server *s, json_t *ev);
+
+#endif /* DMAR_SERVER_H */

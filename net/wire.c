@@ -1,0 +1,476 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The wire formats of wire.h: recipes, chunk batches, API paths and the
+ * errno names both ends agree on.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ZSTD_STATIC_LINKING_ONLY /* ZSTD_d_format: magicless frames */
+#include <zstd.h>
+
+#include "format.h"
+#include "wire.h"
+
+/* ---- recipes ------------------------------------------------------------ */
+
+size_t dmar_recipe_wire_size(size_t n)
+{
+	return DMAR_RECIPE_HDR_SIZE + n * DMAR_RECIPE_ENTRY_SIZE + DMAR_RECIPE_TRAILER_SIZE;
+}
+
+void dmar_recipe_write(const struct dmar_recipe *r, uint8_t *out, struct dmar_id *id)
+{
+	memset(out, 0, DMAR_RECIPE_HDR_SIZE);
+	memcpy(out, DMAR_RECIPE_MAGIC, 4);
+	dmar_put_le16(out + 4, DMAR_RECIPE_VERSION);
+	dmar_put_le64(out + 8, r->size);
+	dmar_put_le32(out + 16, r->mode & 07777);
+	dmar_put_le64(out + 24, (uint64_t)r->mtime_sec);
+	dmar_put_le32(out + 32, r->mtime_nsec);
+	dmar_put_le32(out + 36, (uint32_t)r->n);
+	uint8_t *p = out + DMAR_RECIPE_HDR_SIZE;
+	for (size_t i = 0; i < r->n; i++, p += DMAR_RECIPE_ENTRY_SIZE) {
+		const struct dmar_recipe_entry *e = &r->e[i];
+		if (e->kind == DMAR_RECIPE_HOLE)
+			memset(p, 0, DMAR_HASH_SIZE);
+		else
+			memcpy(p, e->id.b, DMAR_HASH_SIZE);
+		dmar_put_le64(p + 32, e->len);
+		dmar_put_le32(p + 40, e->kind == DMAR_RECIPE_HOLE ? 0 : e->skip);
+		dmar_put_le32(p + 44, e->kind);
+	}
+	struct dmar_id sum;
+	dmar_hash(out, (size_t)(p - out), &sum);
+	memcpy(p, sum.b, DMAR_HASH_SIZE);
+	if (id)
+		*id = sum;
+}
+
+static bool all_zero(const uint8_t *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (p[i])
+			return false;
+	return true;
+}
+
+int dmar_recipe_parse(const void *buf, size_t len, struct dmar_recipe *r, struct dmar_error *err)
+{
+	const uint8_t *b = buf;
+	if (len < DMAR_RECIPE_HDR_SIZE + DMAR_RECIPE_TRAILER_SIZE)
+		return dmar_error_set(err, -EBADMSG, "recipe: truncated: %zu bytes, a recipe has at least %d", len,
+				      DMAR_RECIPE_HDR_SIZE + DMAR_RECIPE_TRAILER_SIZE);
+	if (memcmp(b, DMAR_RECIPE_MAGIC, 4) != 0)
+		return dmar_error_set(err, -EBADMSG, "recipe: bad magic (not a dmar recipe)");
+	if (dmar_get_le16(b + 4) != DMAR_RECIPE_VERSION)
+		return dmar_error_set(err, -EBADMSG, "recipe: unsupported version %u (this build reads %d)",
+				      dmar_get_le16(b + 4), DMAR_RECIPE_VERSION);
+	if (dmar_get_le16(b + 6) != 0 || dmar_get_le32(b + 20) != 0 || dmar_get_le64(b + 40) != 0)
+		return dmar_error_set(err, -EBADMSG, "recipe: unknown flags or nonzero reserved header fields");
+	uint64_t size = dmar_get_le64(b + 8);
+	uint32_t mode = dmar_get_le32(b + 16);
+	uint32_t nsec = dmar_get_le32(b + 32);
+	uint32_t n = dmar_get_le32(b + 36);
+	if (size > DMAR_RECIPE_MAX_SIZE)
+		return dmar_error_set(err, -EBADMSG, "recipe: size %" PRIu64 " is beyond the limit", size);
+	if (mode & ~07777u)
+		return dmar_error_set(err, -EBADMSG, "recipe: mode %#o has bits beyond 07777", mode);
+	if (nsec >= 1000000000u)
+		return dmar_error_set(err, -EBADMSG, "recipe: mtime nanoseconds %u >= 10^9", nsec);
+	if (n > DMAR_RECIPE_MAX_ENTRIES)
+		return dmar_error_set(err, -EBADMSG, "recipe: %u entries, the limit is %u", n,
+				      DMAR_RECIPE_MAX_ENTRIES);
+	if (len != dmar_recipe_wire_size(n))
+		return dmar_error_set(err, -EBADMSG, "recipe: %zu bytes, but %u entries make %zu (%s)", len, n,
+				      dmar_recipe_wire_size(n),
+				      len < dmar_recipe_wire_size(n) ? "truncated" : "trailing bytes");
+	size_t body = len - DMAR_RECIPE_TRAILER_SIZE;
+	struct dmar_id sum;
+	dmar_hash(b, body, &sum);
+	if (memcmp(sum.b, b + body, DMAR_HASH_SIZE) != 0)
+		return dmar_error_set(err, -EBADMSG, "recipe: checksum mismatch (corrupt or truncated)");
+
+	struct dmar_recipe_entry *e = NULL;
+	if (n && !(e = malloc((size_t)n * sizeof(*e))))
+		return -ENOMEM;
+	uint64_t total = 0;
+	const uint8_t *p = b + DMAR_RECIPE_HDR_SIZE;
+	for (uint32_t i = 0; i < n; i++, p += DMAR_RECIPE_ENTRY_SIZE) {
+		memcpy(e[i].id.b, p, DMAR_HASH_SIZE);
+		e[i].len = dmar_get_le64(p + 32);
+		e[i].skip = dmar_get_le32(p + 40);
+		e[i].kind = dmar_get_le32(p + 44);
+		const char *bad = NULL;
+		if (e[i].len == 0)
+			bad = "length 0";
+		else if (e[i].kind == DMAR_RECIPE_CHUNK) {
+			if (e[i].len > DMAR_WIRE_CHUNK_MAX || e[i].skip > DMAR_WIRE_CHUNK_MAX - e[i].len)
+				bad = "range beyond the largest chunk";
+		} else if (e[i].kind == DMAR_RECIPE_HOLE) {
+			if (e[i].skip || !all_zero(p, DMAR_HASH_SIZE))
+				bad = "hole with an id or skip";
+		} else {
+			bad = "unknown kind";
+		}
+		if (!bad && e[i].len > size - total)
+			bad = "lengths add up to more than the size";
+		if (bad) {
+			free(e);
+			return dmar_error_set(err, -EBADMSG, "recipe: entry %u: %s", i, bad);
+		}
+		total += e[i].len;
+	}
+	if (total != size) {
+		free(e);
+		return dmar_error_set(err, -EBADMSG, "recipe: entries cover %" PRIu64 " bytes, size says %" PRIu64,
+				      total, size);
+	}
+	r->size = size;
+	r->mode = mode;
+	r->mtime_sec = (int64_t)dmar_get_le64(b + 24);
+	r->mtime_nsec = nsec;
+	r->n = n;
+	r->e = e;
+	return 0;
+}
+
+void dmar_recipe_free(struct dmar_recipe *r)
+{
+	if (!r)
+		return;
+	free(r->e);
+	r->e = NULL;
+	r->n = 0;
+}
+
+/* ---- chunk batches ---------------------------------------------------- */
+
+void dmar_batch_write_header(uint8_t out[DMAR_BATCH_HDR_SIZE], uint32_t count)
+{
+	memset(out, 0, DMAR_BATCH_HDR_SIZE);
+	memcpy(out, DMAR_BATCH_MAGIC, 4);
+	dmar_put_le16(out + 4, DMAR_BATCH_VERSION);
+	dmar_put_le32(out + 8, count);
+}
+
+void dmar_batch_write_record(uint8_t out[DMAR_BATCH_REC_SIZE], const struct dmar_wire_chunk *c)
+{
+	memcpy(out, c->id.b, DMAR_HASH_SIZE);
+	out[32] = c->enc;
+	out[33] = out[34] = out[35] = 0;
+	dmar_put_le32(out + 36, c->len);
+	dmar_put_le32(out + 40, c->stored);
+}
+
+/*
+ * The parser keeps at most one incomplete piece (the header, or a record
+ * with its payload) in buf; a record that arrives whole in one feed is
+ * handed to fn in place, so a large body costs no copy.
+ */
+struct dmar_batch_parser {
+	dmar_batch_fn fn;
+	void *ctx;
+	uint32_t max_count;
+	uint32_t count;   /* from the header */
+	uint32_t seen;    /* records delivered */
+	bool have_hdr;
+	int failed;       /* sticky error */
+	uint8_t *buf;
+	size_t have;      /* bytes in buf */
+	size_t need;      /* bytes the piece in buf needs in all (header, record) */
+};
+
+#define BATCH_BUF_MAX (DMAR_BATCH_REC_SIZE + ZSTD_COMPRESSBOUND(DMAR_WIRE_CHUNK_MAX))
+
+int dmar_batch_parser_new(struct dmar_batch_parser **out, uint32_t max_count, dmar_batch_fn fn, void *ctx)
+{
+	struct dmar_batch_parser *p = calloc(1, sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	p->fn = fn;
+	p->ctx = ctx;
+	p->max_count = max_count;
+	*out = p;
+	return 0;
+}
+
+void dmar_batch_parser_free(struct dmar_batch_parser *p)
+{
+	if (!p)
+		return;
+	free(p->buf);
+	free(p);
+}
+
+uint32_t dmar_batch_parser_count(const struct dmar_batch_parser *p)
+{
+	return p->have_hdr ? p->count : 0;
+}
+
+static int fail(struct dmar_batch_parser *p, int code)
+{
+	p->failed = code;
+	return code;
+}
+
+static int parse_header(struct dmar_batch_parser *p, const uint8_t *h, struct dmar_error *err)
+{
+	if (memcmp(h, DMAR_BATCH_MAGIC, 4) != 0)
+		return fail(p, dmar_error_set(err, -EBADMSG, "chunk batch: bad magic (not a dmar chunk batch)"));
+	if (dmar_get_le16(h + 4) != DMAR_BATCH_VERSION)
+		return fail(p, dmar_error_set(err, -EBADMSG, "chunk batch: unsupported version %u",
+					      dmar_get_le16(h + 4)));
+	if (dmar_get_le16(h + 6) != 0 || dmar_get_le32(h + 12) != 0)
+		return fail(p, dmar_error_set(err, -EBADMSG, "chunk batch: unknown flags or nonzero reserved field"));
+	p->count = dmar_get_le32(h + 8);
+	if (p->count > p->max_count)
+		return fail(p, dmar_error_set(err, -EBADMSG, "chunk batch: %u records, the limit is %u", p->count,
+					      p->max_count));
+	p->have_hdr = true;
+	return 0;
+}
+
+/* The payload size the record header h announces, or -EBADMSG. */
+static int64_t record_payload(struct dmar_batch_parser *p, const uint8_t *h, struct dmar_wire_chunk *c,
+			      struct dmar_error *err)
+{
+	memcpy(c->id.b, h, DMAR_HASH_SIZE);
+	c->enc = h[32];
+	c->len = dmar_get_le32(h + 36);
+	c->stored = dmar_get_le32(h + 40);
+	const char *bad = NULL;
+	if (h[33] || h[34] || h[35])
+		bad = "nonzero reserved bytes";
+	else if (c->enc != DMAR_WIRE_RAW && c->enc != DMAR_WIRE_ZSTD)
+		bad = "unknown encoding";
+	else if (c->len == 0 || c->len > DMAR_WIRE_CHUNK_MAX)
+		bad = "length out of range";
+	else if (c->enc == DMAR_WIRE_RAW && c->stored != c->len)
+		bad = "raw payload size differs from its length";
+	else if (c->enc == DMAR_WIRE_ZSTD && (c->stored == 0 || c->stored > ZSTD_COMPRESSBOUND(c->len)))
+		bad = "zstd payload size out of range";
+	if (bad) {
+		char hex[17];
+		dmar_hex(c->id.b, 8, hex);
+		return fail(p, dmar_error_set(err, -EBADMSG, "chunk batch: record %u (chunk %s...): %s", p->seen,
+					      hex, bad));
+	}
+	return c->stored;
+}
+
+static int deliver(struct dmar_batch_parser *p, struct dmar_wire_chunk *c, const uint8_t *payload)
+{
+	c->payload = payload;
+	int r = p->fn(p->ctx, c);
+	if (r < 0)
+		return fail(p, r);
+	p->seen++;
+	return 0;
+}
+
+static int buffer(struct dmar_batch_parser *p, const uint8_t *d, size_t n)
+{
+	if (!p->buf && !(p->buf = malloc(BATCH_BUF_MAX)))
+		return fail(p, -ENOMEM);
+	memcpy(p->buf + p->have, d, n);
+	p->have += n;
+	return 0;
+}
+
+int dmar_batch_parser_feed(struct dmar_batch_parser *p, const void *data, size_t len, struct dmar_error *err)
+{
+	const uint8_t *d = data;
+	if (p->failed)
+		return p->failed;
+	while (len) {
+		if (p->have_hdr && p->seen == p->count && p->have == 0)
+			return fail(p, dmar_error_set(err, -EBADMSG, "chunk batch: %zu bytes after the last record",
+						      len));
+		/* An incomplete piece first: fill it up to what it needs. */
+		if (p->have) {
+			size_t take = p->need - p->have;
+			if (take > len)
+				take = len;
+			if (buffer(p, d, take) < 0)
+				return p->failed;
+			d += take;
+			len -= take;
+			if (p->have < p->need)
+				return 0;
+			if (!p->have_hdr) {
+				p->have = 0;
+				if (parse_header(p, p->buf, err) < 0)
+					return p->failed;
+				continue;
+			}
+			struct dmar_wire_chunk c;
+			int64_t pay = record_payload(p, p->buf, &c, err);
+			if (pay < 0)
+				return p->failed;
+			if (p->need == DMAR_BATCH_REC_SIZE && pay > 0) {
+				p->need += (size_t)pay; /* header complete: now its payload */
+				continue;
+			}
+			p->have = 0;
+			if (deliver(p, &c, p->buf + DMAR_BATCH_REC_SIZE) < 0)
+				return p->failed;
+			continue;
+		}
+		if (!p->have_hdr) {
+			if (len < DMAR_BATCH_HDR_SIZE) {
+				p->need = DMAR_BATCH_HDR_SIZE;
+				return buffer(p, d, len) < 0 ? p->failed : 0;
+			}
+			if (parse_header(p, d, err) < 0)
+				return p->failed;
+			d += DMAR_BATCH_HDR_SIZE;
+			len -= DMAR_BATCH_HDR_SIZE;
+			continue;
+		}
+		if (len < DMAR_BATCH_REC_SIZE) {
+			p->need = DMAR_BATCH_REC_SIZE;
+			return buffer(p, d, len) < 0 ? p->failed : 0;
+		}
+		struct dmar_wire_chunk c;
+		int64_t pay = record_payload(p, d, &c, err);
+		if (pay < 0)
+			return p->failed;
+		size_t whole = DMAR_BATCH_REC_SIZE + (size_t)pay;
+		if (len < whole) {
+			p->need = whole;
+			if (buffer(p, d, len) < 0)
+				return p->failed;
+			return 0;
+		}
+		if (deliver(p, &c, d + DMAR_BATCH_REC_SIZE) < 0)
+			return p->failed;
+		d += whole;
+		len -= whole;
+	}
+	return 0;
+}
+
+int dmar_batch_parser_finish(struct dmar_batch_parser *p, struct dmar_error *err)
+{
+	if (p->failed)
+		return p->failed;
+	if (!p->have_hdr)
+		return fail(p, dmar_error_set(err, -EBADMSG, "chunk batch: truncated: %zu of %d header bytes",
+					      p->have, DMAR_BATCH_HDR_SIZE));
+	if (p->seen != p->count || p->have)
+		return fail(p, dmar_error_set(err, -EBADMSG, "chunk batch: truncated: %u of %u records%s", p->seen,
+					      p->count, p->have ? " and part of the next" : ""));
+	return 0;
+}
+
+int dmar_wire_chunk_verify(const struct dmar_wire_chunk *c, struct ZSTD_DCtx_s *dctx, uint8_t *scratch,
+			   const uint8_t **decoded, struct dmar_error *err)
+{
+	char hex[17];
+	const uint8_t *bytes = c->payload;
+	if (c->enc == DMAR_WIRE_ZSTD) {
+		ZSTD_DCtx_reset(dctx, ZSTD_reset_session_and_parameters);
+		ZSTD_DCtx_setParameter(dctx, ZSTD_d_format, ZSTD_f_zstd1_magicless);
+		size_t r = ZSTD_decompressDCtx(dctx, scratch, c->len, c->payload, c->stored);
+		if (ZSTD_isError(r)) {
+			dmar_hex(c->id.b, 8, hex);
+			return dmar_error_set(err, -EILSEQ, "chunk %s...: zstd frame corrupt (%s)", hex,
+					      ZSTD_getErrorName(r));
+		}
+		if (r != c->len) {
+			dmar_hex(c->id.b, 8, hex);
+			return dmar_error_set(err, -EILSEQ, "chunk %s...: decodes to %zu bytes, declared %u", hex, r,
+					      c->len);
+		}
+		bytes = scratch;
+	} else if (c->enc != DMAR_WIRE_RAW || c->stored != c->len) {
+		dmar_hex(c->id.b, 8, hex);
+		return dmar_error_set(err, -EILSEQ, "chunk %s...: bad encoding", hex);
+	}
+	struct dmar_id got;
+	dmar_hash(bytes, c->len, &got);
+	if (memcmp(got.b, c->id.b, DMAR_HASH_SIZE) != 0) {
+		dmar_hex(c->id.b, 8, hex);
+		return dmar_error_set(err, -EILSEQ, "chunk %s...: hash mismatch (payload does not match its id)", hex);
+	}
+	*decoded = bytes;
+	return 0;
+}
+
+/* ---- paths and errors --------------------------------------------------- */
+
+int dmar_wire_path_check(const char *path, struct dmar_error *err)
+{
+	size_t len = strlen(path);
+	if (len > 4095)
+		return dmar_error_set(err, -EINVAL, "path: longer than 4095 bytes");
+	if (path[0] == '/')
+		return dmar_error_set(err, -EINVAL, "path: absolute (starts with '/')");
+	const char *p = path;
+	while (*p) {
+		const char *slash = strchr(p, '/');
+		size_t n = slash ? (size_t)(slash - p) : strlen(p);
+		if (n == 0)
+			return dmar_error_set(err, -EINVAL, "path: empty component ('//')");
+		if (n > 255)
+			return dmar_error_set(err, -EINVAL, "path: a component is longer than 255 bytes");
+		if ((n == 1 && p[0] == '.') || (n == 2 && p[0] == '.' && p[1] == '.'))
+			return dmar_error_set(err, -EINVAL, "path: '.' and '..' components are not allowed");
+		if (!slash)
+			break;
+		p = slash + 1;
+	}
+	return 0;
+}
+
+static const struct {
+	int e;
+	const char *name;
+	int status;
+} errnos[] = {
+	{ ENOENT, "ENOENT", 404 },   { EEXIST, "EEXIST", 409 },     { ENOTEMPTY, "ENOTEMPTY", 409 },
+	{ ENODATA, "ENODATA", 409 },
+	{ ENOSPC, "ENOSPC", 507 },   { EDQUOT, "EDQUOT", 507 },     { EACCES, "EACCES", 403 },
+	{ EPERM, "EPERM", 403 },     { EROFS, "EROFS", 403 },       { EINVAL, "EINVAL", 400 },
+	{ EBADMSG, "EBADMSG", 400 }, { ENOTDIR, "ENOTDIR", 400 },   { EISDIR, "EISDIR", 400 },
+	{ ENAMETOOLONG, "ENAMETOOLONG", 400 },                       { EFBIG, "EFBIG", 413 },
+	{ E2BIG, "E2BIG", 413 },     { EKEYREJECTED, "EKEYREJECTED", 401 },
+	{ EILSEQ, "EILSEQ", 422 },   { EAGAIN, "EAGAIN", 503 },     { ENOMEM, "ENOMEM", 503 },
+	{ EMLINK, "EMLINK", 409 },   { EXDEV, "EXDEV", 400 },       { ENOTSUP, "ENOTSUP", 501 },
+	{ ECONNREFUSED, "ECONNREFUSED", 502 },                      { EHOSTUNREACH, "EHOSTUNREACH", 502 },
+	{ ETIMEDOUT, "ETIMEDOUT", 504 },                             { EIO, "EIO", 500 },
+};
+
+const char *dmar_wire_errno_name(int e)
+{
+	if (e < 0)
+		e = -e;
+	for (size_t i = 0; i < sizeof(errnos) / sizeof(errnos[0]); i++)
+		if (errnos[i].e == e)
+			return errnos[i].name;
+	return "EIO";
+}
+
+int dmar_wire_errno_from_name(const char *name)
+{
+	if (name)
+		for (size_t i = 0; i < sizeof(errnos) / sizeof(errnos[0]); i++)
+			if (strcmp(errnos[i].name, name) == 0)
+				return -errnos[i].e;
+	return -EIO;
+}
+
+int dmar_wire_http_status(int e)
+{
+	if (e < 0)
+		e = -e;
+	for (size_t i = 0; i < sizeof(errnos) / sizeof(errnos[0]); i++)
+		if (errnos[i].e == e)
+			return errnos[i].status;
+	return 500;
+}

@@ -1,0 +1,186 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * wire.h - what crosses the wire between nodes, byte by byte.
+ *
+ * docs/rest-api.md is the normative description; this header is its C
+ * mirror.  Two binary bodies carry the bulk of a transfer (JSON carries the
+ * rest); all integers are little-endian.
+ *
+ * Recipe (Content-Type: application/x-dmar-recipe): a file as an ordered
+ * list of chunk ranges and holes.
+ *     header  48 bytes
+ *        0  4  magic "DMRC"
+ *        4  2  version (1)
+ *        6  2  flags (0)
+ *        8  8  size: logical bytes, the sum of the entries' lengths
+ *       16  4  mode: permission bits (st_mode & 07777)
+ *       20  4  reserved, zero
+ *       24  8  mtime, seconds since the epoch (signed)
+ *       32  4  mtime, nanoseconds (< 10^9)
+ *       36  4  n: number of entries (<= DMAR_RECIPE_MAX_ENTRIES)
+ *       40  8  reserved, zero
+ *     n entries, 48 bytes each
+ *        0 32  chunk id (SHA-256 of the whole chunk); zero for a hole
+ *       32  8  len: bytes of the file this entry covers (> 0)
+ *       40  4  skip: first byte of the chunk the entry shows (0 for a hole)
+ *       44  4  kind: 0 chunk range, 1 hole
+ *     trailer 32 bytes: SHA-256 of everything before it (the recipe id)
+ *   A chunk entry shows bytes [skip, skip + len) of its chunk: a file that
+ *   was partly rewritten or assembled by copy_file_range can show part of
+ *   a chunk, and the whole chunk travels.
+ *
+ * Chunk batch (Content-Type: application/x-dmar-chunks): chunks with their
+ * payloads, for upload and for download.
+ *     header  16 bytes: magic "DMCB", version u16 (1), flags u16 (0),
+ *                       count u32, reserved u32 (0)
+ *     count records, each a 44-byte header then its payload:
+ *        0 32  id: SHA-256 of the decoded chunk
+ *       32  1  enc: 0 raw, 1 zstd (one magicless zstd frame, no dictionary)
+ *       33  3  reserved, zero
+ *       36  4  len: decoded bytes (1..DMAR_WIRE_CHUNK_MAX)
+ *       40  4  stored: payload bytes (raw: == len; zstd: 1..ZSTD_compressBound(len))
+ *       44     payload
+ *   Nothing may follow the last record.
+ *
+ * Id list (application/octet-stream): n ids of 32 bytes back to back.
+ *
+ * Every parser here takes untrusted bytes: it checks each field against
+ * the bytes really present and the limits below, never allocates more than
+ * those limits allow, and says what was wrong in a struct dmar_error.
+ */
+#ifndef DMAR_WIRE_H
+#define DMAR_WIRE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "error.h"
+#include "hash.h"
+
+#define DMAR_RECIPE_MAGIC "DMRC"
+#define DMAR_RECIPE_VERSION 1
+#define DMAR_RECIPE_HDR_SIZE 48
+#define DMAR_RECIPE_ENTRY_SIZE 48
+#define DMAR_RECIPE_TRAILER_SIZE 32
+/* 16 Mi entries: a 512 GiB file of 32 KiB chunks, a 768 MiB recipe. */
+#define DMAR_RECIPE_MAX_ENTRIES (1u << 24)
+#define DMAR_RECIPE_MAX_SIZE (1ull << 62)
+
+#define DMAR_BATCH_MAGIC "DMCB"
+#define DMAR_BATCH_VERSION 1
+#define DMAR_BATCH_HDR_SIZE 16
+#define DMAR_BATCH_REC_SIZE 44
+/* The largest chunk the artifact format allows (2^DMAR_CHUNK_LOG2_MAX). */
+#define DMAR_WIRE_CHUNK_MAX (4u << 20)
+
+enum dmar_recipe_kind { DMAR_RECIPE_CHUNK = 0, DMAR_RECIPE_HOLE = 1 };
+
+struct dmar_recipe_entry {
+	struct dmar_id id; /* zero for a hole */
+	uint64_t len;
+	uint32_t skip;
+	uint32_t kind; /* enum dmar_recipe_kind */
+};
+
+struct dmar_recipe {
+	uint64_t size;
+	uint32_t mode;
+	int64_t mtime_sec;
+	uint32_t mtime_nsec;
+	size_t n;
+	struct dmar_recipe_entry *e; /* malloc'd, n entries */
+};
+
+/* Bytes of a recipe with n entries. */
+size_t dmar_recipe_wire_size(size_t n);
+/* Write r (which must satisfy the rules parse checks) into out, which has
+ * dmar_recipe_wire_size(r->n) bytes; the trailer is computed here.  If id
+ * is not NULL it gets the recipe id (the trailer). */
+void dmar_recipe_write(const struct dmar_recipe *r, uint8_t *out, struct dmar_id *id);
+/*
+ * Parse len bytes of untrusted input into r (r->e malloc'd; free with
+ * dmar_recipe_free).  Checks: magic, version, zero flags and reserved
+ * fields, exact length for n, the trailer, every entry (known kind,
+ * len > 0, a chunk's skip + len <= DMAR_WIRE_CHUNK_MAX, a hole's id and
+ * skip zero), sizes adding up to size without overflow, mode & ~07777 == 0,
+ * nanoseconds < 10^9.  Returns 0, -EBADMSG (err says which field or entry),
+ * or -ENOMEM.  r is written only on success.
+ */
+int dmar_recipe_parse(const void *buf, size_t len, struct dmar_recipe *r, struct dmar_error *err);
+void dmar_recipe_free(struct dmar_recipe *r); /* frees r->e; NULL-safe */
+
+/* ---- chunk batches ---- */
+
+enum dmar_wire_enc { DMAR_WIRE_RAW = 0, DMAR_WIRE_ZSTD = 1 };
+
+struct dmar_wire_chunk {
+	struct dmar_id id;
+	uint8_t enc;    /* enum dmar_wire_enc */
+	uint32_t len;   /* decoded bytes */
+	uint32_t stored;
+	const uint8_t *payload; /* stored bytes */
+};
+
+/* Write the 16-byte batch header / a record's 44-byte header. */
+void dmar_batch_write_header(uint8_t out[DMAR_BATCH_HDR_SIZE], uint32_t count);
+void dmar_batch_write_record(uint8_t out[DMAR_BATCH_REC_SIZE], const struct dmar_wire_chunk *c);
+
+/*
+ * An incremental batch parser: feed it the body as it arrives, in pieces
+ * of any size; it calls fn once for each complete record, in order, with
+ * c->payload valid only during the call (pointing into the fed data when
+ * the record arrived in one piece, else into the parser's own buffer of at
+ * most DMAR_BATCH_REC_SIZE + ZSTD_compressBound(DMAR_WIRE_CHUNK_MAX)
+ * bytes).  The record's fields are checked (enc, reserved bytes, len and
+ * stored within limits) before fn sees it; the payload is NOT verified
+ * against the id: that is dmar_wire_chunk_verify's job.  max_count bounds
+ * the header's count (-EBADMSG above it).
+ */
+struct dmar_batch_parser;
+typedef int (*dmar_batch_fn)(void *ctx, const struct dmar_wire_chunk *c);
+int dmar_batch_parser_new(struct dmar_batch_parser **out, uint32_t max_count, dmar_batch_fn fn, void *ctx);
+/* 0, -EBADMSG (malformed: err says what and which record; bytes after
+ * the last record count as malformed), -ENOMEM, or fn's negative return
+ * (parsing stops; later feeds return the same error). */
+int dmar_batch_parser_feed(struct dmar_batch_parser *p, const void *data, size_t len, struct dmar_error *err);
+/* At the end of the body: 0 if exactly count records arrived, else
+ * -EBADMSG ("truncated: 3 of 10 records"). */
+int dmar_batch_parser_finish(struct dmar_batch_parser *p, struct dmar_error *err);
+uint32_t dmar_batch_parser_count(const struct dmar_batch_parser *p); /* header's count, 0 before it */
+void dmar_batch_parser_free(struct dmar_batch_parser *p); /* NULL-safe */
+
+/*
+ * Check that c's payload decodes to exactly c->len bytes whose SHA-256 is
+ * c->id.  For zstd, scratch (c->len bytes) receives the decoded bytes; dctx
+ * is the caller's (one per thread).  *decoded gets the decoded bytes (the
+ * payload itself for raw).  Returns 0, or -EILSEQ with err naming the
+ * chunk ("chunk 3f2a...: hash mismatch", "...: zstd frame corrupt", "...:
+ * decodes to 100 bytes, declared 4096").
+ */
+struct ZSTD_DCtx_s;
+int dmar_wire_chunk_verify(const struct dmar_wire_chunk *c, struct ZSTD_DCtx_s *dctx, uint8_t *scratch,
+			   const uint8_t **decoded, struct dmar_error *err);
+
+/* ---- names shared by server and client ---- */
+
+/*
+ * A path in the API names something below a node's root: components
+ * separated by single '/', none empty, "." or "..", no NUL, each at most
+ * 255 bytes, the whole at most 4095.  "" is the root.  A trailing '/' is
+ * allowed.  0 or -EINVAL with err saying why.
+ */
+int dmar_wire_path_check(const char *path, struct dmar_error *err);
+
+/* "ENOSPC" for -ENOSPC (or ENOSPC); "EIO" for anything unnamed. */
+const char *dmar_wire_errno_name(int e);
+/* -ENOSPC for "ENOSPC"; -EIO for an unknown or NULL name. */
+int dmar_wire_errno_from_name(const char *name);
+/* The HTTP status an error answers with: 404 ENOENT, 409 EEXIST/ENOTEMPTY/
+ * ENODATA (missing chunks), 507 ENOSPC, 403 EACCES/EPERM/EROFS, 400
+ * EINVAL/EBADMSG/ENOTDIR/EISDIR, 413 EFBIG/E2BIG, 401 EKEYREJECTED, 422
+ * EILSEQ (a chunk does not match its id), 503 EAGAIN/ENOMEM, 502
+ * ECONNREFUSED/EHOSTUNREACH (a peer), 504 ETIMEDOUT, 500 the rest. */
+int dmar_wire_http_status(int e);
+
+#endif /* DMAR_WIRE_H */
