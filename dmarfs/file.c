@@ -829,3 +829,150 @@ void dmar_file_stats(const struct dmar_file *f, struct dmar_fsctx *c, struct dma
 		}
 	}
 }
+
+/* --- recipes and the wire ---------------------------------------------- */
+
+int dmar_file_recipe(const struct dmar_file *f, struct dmar_recipe *r)
+{
+	struct dmar_recipe_entry *e = f->n ? malloc(f->n * sizeof(*e)) : NULL;
+	if (f->n && !e)
+		return -ENOMEM;
+	for (size_t i = 0; i < f->n; i++) {
+		const struct dmar_extent *x = &f->ext[i];
+		if (x->kind == EXT_RAW) {
+			free(e);
+			return -EAGAIN; /* not encoded yet */
+		}
+		memset(&e[i], 0, sizeof(e[i]));
+		e[i].len = x->len;
+		if (x->kind == EXT_HOLE) {
+			e[i].kind = DMAR_RECIPE_HOLE;
+		} else {
+			e[i].kind = DMAR_RECIPE_CHUNK;
+			e[i].id = x->id;
+			e[i].skip = x->skip;
+		}
+	}
+	memset(r, 0, sizeof(*r));
+	r->size = f->size;
+	r->n = f->n;
+	r->e = e;
+	return 0;
+}
+
+/* Append id to a growable array of missing ids (duplicates are rare:
+ * the caller reports counts, not a set). */
+static int add_missing(struct dmar_id **a, size_t *n, size_t *cap, const struct dmar_id *id)
+{
+	if (*n && !memcmp((*a)[*n - 1].b, id->b, DMAR_HASH_SIZE))
+		return 0;
+	if (*n == *cap) {
+		size_t c = *cap ? *cap * 2 : 64;
+		struct dmar_id *x = realloc(*a, c * sizeof(*x));
+		if (!x)
+			return -ENOMEM;
+		*a = x;
+		*cap = c;
+	}
+	(*a)[(*n)++] = *id;
+	return 0;
+}
+
+int dmar_file_from_recipe(struct dmar_file *f, struct dmar_fsctx *c, const struct dmar_recipe *r,
+			  struct dmar_id **missing, size_t *nmissing)
+{
+	struct dmar_file nf;
+	dmar_file_init(&nf);
+	struct dmar_id *miss = NULL;
+	size_t nmiss = 0, capmiss = 0;
+	int r2 = 0;
+	if (r->n && (r2 = reserve(&nf, r->n)) < 0)
+		return r2;
+	for (size_t i = 0; i < r->n; i++) {
+		const struct dmar_recipe_entry *e = &r->e[i];
+		struct dmar_extent x = { .off = nf.size, .len = e->len, .kind = EXT_HOLE };
+		if (e->kind == DMAR_RECIPE_CHUNK) {
+			/* Reference first, then look: the payload cannot move
+			 * while we hold the reference. */
+			struct dmar_chunk_info info;
+			if (dmar_store_ref_existing(c->arena, &e->id) < 0) {
+				if ((r2 = add_missing(&miss, &nmiss, &capmiss, &e->id)) < 0)
+					goto fail;
+				nf.size += e->len;
+				continue;
+			}
+			dmar_store_lookup(c->arena, &e->id, &info);
+			if ((uint64_t)e->skip + e->len > info.len) {
+				dmar_store_unref(c->arena, &e->id);
+				r2 = -EINVAL;
+				goto fail;
+			}
+			x = (struct dmar_extent){ .off = nf.size, .len = e->len, .kind = EXT_CHUNK, .enc = info.enc,
+						  .skip = e->skip, .clen = info.len, .stored = info.stored_len,
+						  .aoff = info.off, .id = e->id };
+		}
+		nf.ext[nf.n++] = x;
+		nf.size += e->len;
+	}
+	if (nmiss) {
+		r2 = -ENODATA;
+		goto fail;
+	}
+	free(miss);
+	dmar_file_clear(f, c);
+	nf.gen = f->gen + 1;
+	*f = nf;
+	return 0;
+fail:
+	for (size_t i = 0; i < nf.n; i++)
+		ext_drop(c, &nf.ext[i]);
+	free(nf.ext);
+	if (r2 == -ENODATA && missing) {
+		*missing = miss;
+		*nmissing = nmiss;
+	} else {
+		free(miss);
+	}
+	return r2;
+}
+
+int dmar_fsctx_chunk_wire(struct dmar_fsctx *c, const struct dmar_id *id, struct dmar_wire_chunk *w, uint8_t **buf)
+{
+	struct dmar_chunk_info info;
+	*buf = NULL;
+	int r = dmar_store_lookup(c->arena, id, &info);
+	if (r < 0)
+		return r;
+	const uint8_t *p = dmar_arena_base(c->arena) + info.off;
+	*w = (struct dmar_wire_chunk){ .id = *id, .len = info.len, .stored = info.stored_len, .payload = p };
+	if (info.enc == DMAR_CHUNK_RAW) {
+		w->enc = DMAR_WIRE_RAW;
+	} else if (info.enc == DMAR_CHUNK_ZSTD) {
+		w->enc = DMAR_WIRE_ZSTD; /* already a magicless frame without dictionary */
+	} else {
+		/* The byte pack is this mount's own: a peer may not have it, so
+		 * such chunks travel decoded (the wire recompresses them). */
+		struct dmar_extent e = { .kind = EXT_CHUNK, .enc = info.enc, .clen = info.len,
+					 .stored = info.stored_len, .aoff = info.off, .id = *id };
+		const uint8_t *d = chunk_bytes(c, &e, &r);
+		if (!d)
+			return r;
+		if (!(*buf = malloc(info.len)))
+			return -ENOMEM;
+		memcpy(*buf, d, info.len);
+		w->enc = DMAR_WIRE_RAW;
+		w->stored = info.len;
+		w->payload = *buf;
+	}
+	return 0;
+}
+
+int dmar_fsctx_chunk_put(struct dmar_fsctx *c, const struct dmar_wire_chunk *w, const uint8_t *decoded)
+{
+	/* Keep a zstd frame as it came when this mount compresses, else
+	 * the decoded bytes (read in place).  A raw chunk is stored raw:
+	 * the sender found it did not compress. */
+	if (c->encode == DMAR_ENCODE_ZSTD && w->enc == DMAR_WIRE_ZSTD)
+		return dmar_store_ref(c->arena, &w->id, DMAR_CHUNK_ZSTD, w->len, w->payload, w->stored, NULL);
+	return dmar_store_ref(c->arena, &w->id, DMAR_CHUNK_RAW, w->len, decoded, w->len, NULL);
+}

@@ -29,6 +29,7 @@
 #include "bytepack.h"
 #include "chunker.h"
 #include "hash.h"
+#include "wire.h"
 
 enum dmar_encode_mode {
 	DMAR_ENCODE_NONE = 0,  /* keep RAW extents, never chunk */
@@ -107,5 +108,26 @@ struct dmar_file_stats {
 void dmar_file_stats(const struct dmar_file *f, struct dmar_fsctx *c, struct dmar_file_stats *st);
 /* Bytes from off to the next data (SEEK_DATA) or hole (SEEK_HOLE). */
 int dmar_file_seek(const struct dmar_file *f, uint64_t off, bool data, uint64_t *out);
+
+/* ---- recipes: what a node ships (net/wire.h) ---- */
+
+/* f as a recipe (size and entries; mode and mtime are the caller's): every
+ * extent must be a hole or a chunk range, so encode first (-EAGAIN if RAW
+ * extents remain).  r->e is malloc'd (dmar_recipe_free). */
+int dmar_file_recipe(const struct dmar_file *f, struct dmar_recipe *r);
+/* Replace f's contents by r's, taking a reference on every chunk, all or
+ * nothing.  -ENODATA if the store lacks chunks: f is unchanged and, if
+ * missing is not NULL, *missing (malloc'd) and *nmissing list them.
+ * -EINVAL if an entry shows bytes beyond its chunk's length, -ENOMEM. */
+int dmar_file_from_recipe(struct dmar_file *f, struct dmar_fsctx *c, const struct dmar_recipe *r,
+			  struct dmar_id **missing, size_t *nmissing);
+/* Chunk id of c's store in wire form: raw or zstd frames point into the
+ * arena (valid while the caller holds a reference); a byte-pack chunk is
+ * decoded into *buf (malloc'd, else NULL), since a peer may lack the pack.
+ * 0, -ENOENT, -ENOMEM, -EIO. */
+int dmar_fsctx_chunk_wire(struct dmar_fsctx *c, const struct dmar_id *id, struct dmar_wire_chunk *w, uint8_t **buf);
+/* Store a chunk that came from the wire and was verified (decoded: its
+ * w->len bytes), adding one reference: 0, -ENOSPC, -ENOMEM. */
+int dmar_fsctx_chunk_put(struct dmar_fsctx *c, const struct dmar_wire_chunk *w, const uint8_t *decoded);
 
 #endif /* DMARFS_FILE_H */

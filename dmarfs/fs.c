@@ -25,62 +25,7 @@
 #include <unistd.h>
 
 #include "dir.h"
-#include "fs.h"
-
-#define ATTR_TIMEOUT 1.0
-#define ENTRY_TIMEOUT 1.0
-#define XATTR_PREFIX "user.dmar."
-
-struct xattr {
-	char *name;
-	void *value;
-	size_t len;
-};
-
-
-struct inode {
-	uint64_t st_ino;
-	uint64_t nlookup;    /* protected by fs->ns */
-	nlink_t nlink;       /* protected by fs->ns */
-	pthread_rwlock_t lock;
-	/* the rest: protected by lock */
-	mode_t mode;
-	uid_t uid;
-	gid_t gid;
-	dev_t rdev;
-	struct timespec atime, mtime, ctime;
-	unsigned opens;
-	struct xattr *xa;
-	size_t nxa;
-	/* directories (entries protected by fs->ns) */
-	struct inode *parent;
-	struct dmar_dir dir;
-	/* regular files */
-	struct dmar_file f;
-	/* symlinks */
-	char *target;
-	/* idle encoding */
-	bool queued;         /* on fs->idle_head: atomic hint, set under ns */
-	struct inode *idle_next; /* protected by fs->ns */
-	uint64_t last_write; /* CLOCK_MONOTONIC seconds, atomic */
-};
-
-struct dmarfs {
-	struct dmarfs_config cfg;
-	pthread_mutex_t ns;
-	struct inode *root;
-	uint64_t next_ino;   /* protected by ns */
-	uint64_t inodes;     /* protected by ns */
-	/* Files written to and not encoded since: the idle encoder's work
-	 * list.  Each listed inode holds a lookup reference.  Protected by
-	 * ns; idle_cond (with ns) wakes the encoder thread to stop. */
-	struct inode *idle_head;
-	pthread_cond_t idle_cond;
-	pthread_t idle_thread;
-	bool idle_running, idle_stop;
-	struct inode *grave;  /* see inode_maybe_free; protected by ns */
-	size_t ngrave;
-};
+#include "fs_i.h"
 
 static struct dmarfs *FS(fuse_req_t req)
 {
@@ -97,7 +42,7 @@ static fuse_ino_t NODEID(struct dmarfs *fs, struct inode *i)
 	return i == fs->root ? FUSE_ROOT_ID : (fuse_ino_t)(uintptr_t)i;
 }
 
-static struct timespec now(void)
+struct timespec fs_now(void)
 {
 	struct timespec t;
 	clock_gettime(CLOCK_REALTIME, &t);
@@ -107,7 +52,7 @@ static struct timespec now(void)
 /* ---- inodes ------------------------------------------------------------ */
 
 /* Called with fs->ns held. */
-static struct inode *inode_new(struct dmarfs *fs, mode_t mode, uid_t uid, gid_t gid)
+struct inode *fs_inode_new(struct dmarfs *fs, mode_t mode, uid_t uid, gid_t gid)
 {
 	if (fs->inodes >= fs->cfg.nr_inodes)
 		return NULL;
@@ -115,18 +60,19 @@ static struct inode *inode_new(struct dmarfs *fs, mode_t mode, uid_t uid, gid_t 
 	if (!i)
 		return NULL;
 	pthread_rwlock_init(&i->lock, NULL);
+	i->kind = INODE_LOCAL;
 	i->st_ino = fs->next_ino++;
 	i->mode = mode;
 	i->uid = uid;
 	i->gid = gid;
-	i->atime = i->mtime = i->ctime = now();
+	i->atime = i->mtime = i->ctime = fs_now();
 	dmar_dir_init(&i->dir, 3); /* cookies 1 and 2 are "." and ".." */
 	dmar_file_init(&i->f);
 	fs->inodes++;
 	return i;
 }
 
-/* Inodes kept after their last reference (inode_maybe_free), newest
+/* Inodes kept after their last reference (fs_inode_maybe_free), newest
  * first; the oldest half is freed when there are more than this. */
 #define GRAVE_MAX 4096
 
@@ -168,7 +114,7 @@ static void inode_destroy(struct dmarfs *fs, struct inode *i)
 /* An inode goes when no name and no kernel reference is left (an unlinked
  * file stays readable while open: the kernel holds a lookup on it).
  * Called with fs->ns held. */
-static void inode_maybe_free(struct dmarfs *fs, struct inode *i)
+void fs_inode_maybe_free(struct dmarfs *fs, struct inode *i)
 {
 	if (i == fs->root || i->nlookup != 0 || i->nlink != 0)
 		return;
@@ -185,7 +131,7 @@ static void inode_maybe_free(struct dmarfs *fs, struct inode *i)
 		bury_half(fs);
 }
 
-static void fill_stat(const struct inode *i, struct stat *st)
+void fs_fill_stat(const struct inode *i, struct stat *st)
 {
 	memset(st, 0, sizeof(*st));
 	st->st_ino = i->st_ino;
@@ -220,7 +166,7 @@ static void reply_entry(fuse_req_t req, struct dmarfs *fs, struct inode *i)
 	e.attr_timeout = ATTR_TIMEOUT;
 	e.entry_timeout = ENTRY_TIMEOUT;
 	pthread_rwlock_rdlock(&i->lock);
-	fill_stat(i, &e.attr);
+	fs_fill_stat(i, &e.attr);
 	pthread_rwlock_unlock(&i->lock);
 	if (fuse_reply_entry(req, &e) != 0)
 		i->nlookup--; /* the kernel never got it */
@@ -231,12 +177,12 @@ static void reply_entry(fuse_req_t req, struct dmarfs *fs, struct inode *i)
 /* Entry name in d, or NULL.  ns held. */
 #define ENTRY_INO(e) ((struct inode *)(e)->ino)
 
-static struct dmar_dirent *dir_find(struct inode *d, const char *name)
+struct dmar_dirent *fs_dir_find(struct inode *d, const char *name)
 {
 	return dmar_dir_find(&d->dir, name);
 }
 
-static int dir_add(struct inode *d, const char *name, struct inode *i)
+int fs_dir_add(struct inode *d, const char *name, struct inode *i)
 {
 	return dmar_dir_add(&d->dir, name, i);
 }
@@ -246,17 +192,15 @@ static void dir_remove(struct inode *d, struct dmar_dirent *e)
 	dmar_dir_remove(&d->dir, e);
 }
 
-static void touch_dir(struct inode *d)
+void fs_touch_dir(struct inode *d)
 {
 	pthread_rwlock_wrlock(&d->lock);
-	d->mtime = d->ctime = now();
+	d->mtime = d->ctime = fs_now();
 	pthread_rwlock_unlock(&d->lock);
 }
 
 /* ---- operations ----------------------------------------------------- */
 
-static void encode_inode(struct dmarfs *fs, struct inode *i, bool retry);
-static void forget_one(struct dmarfs *fs, struct inode *i, uint64_t n);
 static uint64_t mono_seconds(void);
 
 /* Seconds without writes after which a file still open is encoded. */
@@ -285,9 +229,9 @@ static void *idle_main(void *arg)
 			/* A write meanwhile queues the file again; one during
 			 * the encode makes its plan stale, and it waits. */
 			if (live)
-				encode_inode(fs, i, false);
+				fs_encode_inode(fs, i, false);
 			pthread_mutex_lock(&fs->ns);
-			forget_one(fs, i, 1);
+			fs_forget_one(fs, i, 1);
 			p = &fs->idle_head; /* the list may have changed */
 		}
 	}
@@ -318,7 +262,7 @@ static void idle_stop(struct dmarfs *fs)
 		struct inode *i = fs->idle_head;
 		fs->idle_head = i->idle_next;
 		i->queued = false;
-		forget_one(fs, i, 1);
+		fs_forget_one(fs, i, 1);
 	}
 	pthread_mutex_unlock(&fs->ns);
 }
@@ -352,7 +296,7 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	struct dmarfs *fs = FS(req);
 	struct inode *d = INO(req, parent);
 	pthread_mutex_lock(&fs->ns);
-	struct dmar_dirent *e = S_ISDIR(d->mode) ? dir_find(d, name) : NULL;
+	struct dmar_dirent *e = S_ISDIR(d->mode) ? fs_dir_find(d, name) : NULL;
 	if (!e) {
 		pthread_mutex_unlock(&fs->ns);
 		/* A negative entry with a timeout of 0: creates elsewhere are
@@ -364,17 +308,17 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	pthread_mutex_unlock(&fs->ns);
 }
 
-static void forget_one(struct dmarfs *fs, struct inode *i, uint64_t n)
+void fs_forget_one(struct dmarfs *fs, struct inode *i, uint64_t n)
 {
 	i->nlookup = i->nlookup > n ? i->nlookup - n : 0;
-	inode_maybe_free(fs, i);
+	fs_inode_maybe_free(fs, i);
 }
 
 static void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
 {
 	struct dmarfs *fs = FS(req);
 	pthread_mutex_lock(&fs->ns);
-	forget_one(fs, INO(req, ino), nlookup);
+	fs_forget_one(fs, INO(req, ino), nlookup);
 	pthread_mutex_unlock(&fs->ns);
 	fuse_reply_none(req);
 }
@@ -384,14 +328,14 @@ static void op_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_dat
 	struct dmarfs *fs = FS(req);
 	pthread_mutex_lock(&fs->ns);
 	for (size_t k = 0; k < count; k++)
-		forget_one(fs, INO(req, f[k].ino), f[k].nlookup);
+		fs_forget_one(fs, INO(req, f[k].ino), f[k].nlookup);
 	pthread_mutex_unlock(&fs->ns);
 	fuse_reply_none(req);
 }
 
 /* nlink belongs to the namespace lock; never wait for an inode lock
  * while holding it. */
-static nlink_t get_nlink(struct dmarfs *fs, struct inode *i)
+nlink_t fs_get_nlink(struct dmarfs *fs, struct inode *i)
 {
 	pthread_mutex_lock(&fs->ns);
 	nlink_t n = i->nlink;
@@ -405,9 +349,9 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	struct inode *i = INO(req, ino);
 	struct stat st;
 	pthread_rwlock_rdlock(&i->lock);
-	fill_stat(i, &st);
+	fs_fill_stat(i, &st);
 	pthread_rwlock_unlock(&i->lock);
-	st.st_nlink = get_nlink(FS(req), i);
+	st.st_nlink = fs_get_nlink(FS(req), i);
 	fuse_reply_attr(req, &st, ATTR_TIMEOUT);
 }
 
@@ -419,7 +363,7 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 	struct stat st;
 	int r = 0;
 	pthread_rwlock_wrlock(&i->lock);
-	struct timespec t = now();
+	struct timespec t = fs_now();
 	if (to_set & FUSE_SET_ATTR_SIZE) {
 		if (!S_ISREG(i->mode))
 			r = S_ISDIR(i->mode) ? -EISDIR : -EINVAL;
@@ -438,9 +382,9 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 		i->mtime = (to_set & FUSE_SET_ATTR_MTIME_NOW) ? t : attr->st_mtim;
 	if (!r)
 		i->ctime = (to_set & FUSE_SET_ATTR_CTIME) ? attr->st_ctim : t;
-	fill_stat(i, &st);
+	fs_fill_stat(i, &st);
 	pthread_rwlock_unlock(&i->lock);
-	st.st_nlink = get_nlink(fs, i);
+	st.st_nlink = fs_get_nlink(fs, i);
 	if (r)
 		fuse_reply_err(req, -r);
 	else
@@ -460,7 +404,7 @@ static void make_node(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 		r = -ENOTDIR;
 	} else if (d->nlink == 0) {
 		r = -ENOENT; /* removed directory */
-	} else if (dir_find(d, name)) {
+	} else if (fs_dir_find(d, name)) {
 		r = -EEXIST;
 	} else {
 		gid_t gid = ctx->gid;
@@ -471,7 +415,7 @@ static void make_node(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 				mode |= S_ISGID;
 		}
 		pthread_rwlock_unlock(&d->lock);
-		struct inode *i = inode_new(fs, mode, ctx->uid, gid);
+		struct inode *i = fs_inode_new(fs, mode, ctx->uid, gid);
 		if (!i) {
 			r = -ENOSPC;
 		} else {
@@ -481,14 +425,14 @@ static void make_node(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 			if (link && !(i->target = strdup(link)))
 				r = -ENOMEM;
 			if (!r)
-				r = dir_add(d, name, i);
+				r = fs_dir_add(d, name, i);
 			if (r) {
 				i->nlink = 0;
 				inode_destroy(fs, i);
 			} else {
 				if (S_ISDIR(mode))
 					d->nlink++;
-				touch_dir(d);
+				fs_touch_dir(d);
 				if (fi) {
 					i->opens++;
 					fi->keep_cache = 1;
@@ -498,7 +442,7 @@ static void make_node(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 					e.ino = NODEID(fs, i);
 					e.attr_timeout = ATTR_TIMEOUT;
 					e.entry_timeout = ENTRY_TIMEOUT;
-					fill_stat(i, &e.attr);
+					fs_fill_stat(i, &e.attr);
 					if (fuse_reply_create(req, &e, fi) != 0) {
 						i->nlookup--;
 						i->opens--;
@@ -554,14 +498,14 @@ static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const 
 		r = -EPERM;
 	else if (i->nlink == 0)
 		r = -ENOENT;
-	else if (dir_find(d, newname))
+	else if (fs_dir_find(d, newname))
 		r = -EEXIST;
-	else if ((r = dir_add(d, newname, i)) == 0) {
+	else if ((r = fs_dir_add(d, newname, i)) == 0) {
 		i->nlink++;
 		pthread_rwlock_wrlock(&i->lock);
-		i->ctime = now();
+		i->ctime = fs_now();
 		pthread_rwlock_unlock(&i->lock);
-		touch_dir(d);
+		fs_touch_dir(d);
 		reply_entry(req, fs, i);
 	}
 	pthread_mutex_unlock(&fs->ns);
@@ -570,7 +514,7 @@ static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const 
 }
 
 /* Drop the name e from d.  ns held. */
-static void unlink_entry(struct dmarfs *fs, struct inode *d, struct dmar_dirent *e)
+void fs_unlink_entry(struct dmarfs *fs, struct inode *d, struct dmar_dirent *e)
 {
 	struct inode *i = ENTRY_INO(e);
 	dir_remove(d, e);
@@ -581,10 +525,10 @@ static void unlink_entry(struct dmarfs *fs, struct inode *d, struct dmar_dirent 
 		i->nlink--;
 	}
 	pthread_rwlock_wrlock(&i->lock);
-	i->ctime = now();
+	i->ctime = fs_now();
 	pthread_rwlock_unlock(&i->lock);
-	touch_dir(d);
-	inode_maybe_free(fs, i);
+	fs_touch_dir(d);
+	fs_inode_maybe_free(fs, i);
 }
 
 static void remove_name(fuse_req_t req, fuse_ino_t parent, const char *name, bool dir)
@@ -593,7 +537,7 @@ static void remove_name(fuse_req_t req, fuse_ino_t parent, const char *name, boo
 	struct inode *d = INO(req, parent);
 	int r = 0;
 	pthread_mutex_lock(&fs->ns);
-	struct dmar_dirent *e = dir_find(d, name);
+	struct dmar_dirent *e = fs_dir_find(d, name);
 	if (!e)
 		r = -ENOENT;
 	else if (dir && !S_ISDIR(ENTRY_INO(e)->mode))
@@ -603,7 +547,7 @@ static void remove_name(fuse_req_t req, fuse_ino_t parent, const char *name, boo
 	else if (dir && dmar_dir_count(&ENTRY_INO(e)->dir))
 		r = -ENOTEMPTY;
 	else
-		unlink_entry(fs, d, e);
+		fs_unlink_entry(fs, d, e);
 	pthread_mutex_unlock(&fs->ns);
 	fuse_reply_err(req, -r);
 }
@@ -639,7 +583,7 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 		return;
 	}
 	pthread_mutex_lock(&fs->ns);
-	struct dmar_dirent *e = dir_find(d, name), *t = dir_find(nd, newname);
+	struct dmar_dirent *e = fs_dir_find(d, name), *t = fs_dir_find(nd, newname);
 	if (!e) {
 		r = -ENOENT;
 		goto out;
@@ -698,13 +642,13 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 		} else {
 			j->nlink--;
 		}
-		inode_maybe_free(fs, j);
-		e = dir_find(d, name);
+		fs_inode_maybe_free(fs, j);
+		e = fs_dir_find(d, name);
 		dir_remove(d, e);
 	} else {
-		if ((r = dir_add(nd, newname, i)) < 0)
+		if ((r = fs_dir_add(nd, newname, i)) < 0)
 			goto out;
-		e = dir_find(d, name);
+		e = fs_dir_find(d, name);
 		dir_remove(d, e);
 	}
 	if (S_ISDIR(i->mode) && d != nd) {
@@ -714,11 +658,11 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 	i->parent = nd;
 touch:
 	pthread_rwlock_wrlock(&i->lock);
-	i->ctime = now();
+	i->ctime = fs_now();
 	pthread_rwlock_unlock(&i->lock);
-	touch_dir(d);
+	fs_touch_dir(d);
 	if (nd != d)
-		touch_dir(nd);
+		fs_touch_dir(nd);
 out:
 	pthread_mutex_unlock(&fs->ns);
 	fuse_reply_err(req, -r);
@@ -737,7 +681,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	int r = 0;
 	if (fi->flags & O_TRUNC) {
 		r = dmar_file_truncate(&i->f, &fs->cfg.ctx, 0);
-		i->mtime = i->ctime = now();
+		i->mtime = i->ctime = fs_now();
 	}
 	if (!r)
 		i->opens++;
@@ -769,7 +713,7 @@ static void scratch_init(void)
 	pthread_key_create(&scratch_key, free);
 }
 
-static uint8_t *read_scratch(size_t size)
+uint8_t *fs_read_scratch(size_t size)
 {
 	pthread_once(&scratch_once, scratch_init);
 	struct scratch *s = pthread_getspecific(scratch_key);
@@ -793,7 +737,7 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, stru
 	 * the reader's pages.  The inode lock keeps it stable meanwhile. */
 	enum { MAX_IOV = 64 };
 	struct iovec iov[MAX_IOV];
-	uint8_t *scratch = read_scratch(size);
+	uint8_t *scratch = fs_read_scratch(size);
 	if (!scratch) {
 		fuse_reply_err(req, ENOMEM);
 		return;
@@ -835,7 +779,7 @@ static void queue_idle(struct dmarfs *fs, struct inode *i)
 /* Bytes of a write request, copied piece by piece into the arena: with
  * splice the request's data sits in a pipe and goes to arena memory in one
  * copy, without passing through a libfuse buffer first. */
-static int copy_bufvec(void *ctx, uint8_t *dst, size_t len)
+int fs_copy_bufvec(void *ctx, uint8_t *dst, size_t len)
 {
 	struct fuse_bufvec *src = ctx;
 	struct fuse_bufvec d = FUSE_BUFVEC_INIT(len);
@@ -858,7 +802,7 @@ static void do_write(fuse_req_t req, fuse_ino_t ino, off_t off, size_t size, str
 	uint64_t at = (fi->flags & O_APPEND) ? i->f.size : (uint64_t)off;
 	int r = dmar_file_write_with(&i->f, &fs->cfg.ctx, at, size, copy, ctx);
 	if (!r) {
-		i->mtime = i->ctime = now();
+		i->mtime = i->ctime = fs_now();
 		/* Writing clears set-user-ID (the kernel does this too, but
 		 * only for writes it sees before the page cache). */
 		if (i->mode & (S_ISUID | S_ISGID) && !(fuse_req_ctx(req)->uid == 0))
@@ -876,7 +820,7 @@ static void do_write(fuse_req_t req, fuse_ino_t ino, off_t off, size_t size, str
 static void op_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *bufv, off_t off,
 			 struct fuse_file_info *fi)
 {
-	do_write(req, ino, off, fuse_buf_size(bufv), fi, copy_bufvec, bufv);
+	do_write(req, ino, off, fuse_buf_size(bufv), fi, fs_copy_bufvec, bufv);
 }
 
 static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -890,7 +834,7 @@ static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
  * under the shared lock (readers and stat go on); only the swap takes the
  * exclusive one.  A write in between makes the plan stale: retry when
  * asked (fsync), else leave it to the next close. */
-static void encode_inode(struct dmarfs *fs, struct inode *i, bool retry)
+void fs_encode_inode(struct dmarfs *fs, struct inode *i, bool retry)
 {
 	for (int tries = 0; tries < (retry ? 3 : 1); tries++) {
 		struct dmar_encode_plan *plan = NULL;
@@ -929,9 +873,9 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	 * now, after the reply (the kernel does not wait for RELEASE, so this
 	 * is off the application's path anyway). */
 	if (encode) {
-		encode_inode(fs, i, false);
+		fs_encode_inode(fs, i, false);
 		pthread_mutex_lock(&fs->ns);
-		forget_one(fs, i, 1);
+		fs_forget_one(fs, i, 1);
 		pthread_mutex_unlock(&fs->ns);
 	}
 }
@@ -945,7 +889,7 @@ static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_f
 	/* RAM has no durability to wait for; fsync is where a file is
 	 * known to be in a consistent state, so encode it. */
 	if (S_ISREG(i->mode))
-		encode_inode(fs, i, true);
+		fs_encode_inode(fs, i, true);
 	fuse_reply_err(req, 0);
 }
 
@@ -988,15 +932,20 @@ static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, s
 	size_t used = 0;
 	pthread_mutex_lock(&fs->ns);
 	/* Offsets are entry cookies: an entry added or removed during a
-	 * listing neither repeats nor hides the others. */
+	 * listing neither repeats nor hides the others.  The root lists the
+	 * @PEER directories last, with cookies from FS_PEER_COOKIE up. */
 	if (off < 1 && !add_dirent(req, buf, size, &used, ".", d, 1))
 		goto full;
 	if (off < 2 && !add_dirent(req, buf, size, &used, "..", d == fs->root ? d : d->parent, 2))
 		goto full;
-	size_t pos = dmar_dir_seek(&d->dir, off < 2 ? 2 : (uint64_t)off);
-	for (struct dmar_dirent *e; (e = dmar_dir_next(&d->dir, &pos));)
-		if (!add_dirent(req, buf, size, &used, e->name, ENTRY_INO(e), (off_t)e->cookie))
-			break;
+	if ((uint64_t)off < FS_PEER_COOKIE) {
+		size_t pos = dmar_dir_seek(&d->dir, off < 2 ? 2 : (uint64_t)off);
+		for (struct dmar_dirent *e; (e = dmar_dir_next(&d->dir, &pos));)
+			if (!add_dirent(req, buf, size, &used, e->name, ENTRY_INO(e), (off_t)e->cookie))
+				goto full;
+	}
+	if (d == fs->root && fs->remote)
+		dmarfs_remote_root_entries(fs, req, buf, size, &used, (uint64_t)off);
 full:
 	pthread_mutex_unlock(&fs->ns);
 	fuse_reply_buf(req, buf, used);
@@ -1102,7 +1051,7 @@ static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const 
 			}
 			x->value = v;
 			x->len = size;
-			i->ctime = now();
+			i->ctime = fs_now();
 		}
 	}
 out:
@@ -1184,7 +1133,7 @@ static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 			free(i->xa[k].name);
 			free(i->xa[k].value);
 			i->xa[k] = i->xa[--i->nxa];
-			i->ctime = now();
+			i->ctime = fs_now();
 			pthread_rwlock_unlock(&i->lock);
 			fuse_reply_err(req, 0);
 			return;
@@ -1214,7 +1163,7 @@ static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, of
 	else
 		r = -EOPNOTSUPP;
 	if (!r)
-		i->mtime = i->ctime = now();
+		i->mtime = i->ctime = fs_now();
 	pthread_rwlock_unlock(&i->lock);
 	fuse_reply_err(req, -r);
 }
@@ -1242,7 +1191,7 @@ static void op_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in, 
 	else
 		n = dmar_file_share(&b->f, &a->f, &fs->cfg.ctx, (uint64_t)off_out, (uint64_t)off_in, len);
 	if (n > 0)
-		b->mtime = b->ctime = now();
+		b->mtime = b->ctime = fs_now();
 	if (second != first)
 		pthread_rwlock_unlock(&second->lock);
 	pthread_rwlock_unlock(&first->lock);
@@ -1305,7 +1254,7 @@ static const struct fuse_lowlevel_ops ops = {
 	.lseek = op_lseek,
 };
 
-const struct fuse_lowlevel_ops *dmarfs_ops(void)
+const struct fuse_lowlevel_ops *fs_local_ops(void)
 {
 	return &ops;
 }
@@ -1319,7 +1268,7 @@ int dmarfs_new(struct dmarfs **out, const struct dmarfs_config *cfg)
 	fs->next_ino = 1;
 	pthread_mutex_init(&fs->ns, NULL);
 	pthread_cond_init(&fs->idle_cond, NULL);
-	fs->root = inode_new(fs, S_IFDIR | (cfg->root_mode & 07777), cfg->root_uid, cfg->root_gid);
+	fs->root = fs_inode_new(fs, S_IFDIR | (cfg->root_mode & 07777), cfg->root_uid, cfg->root_gid);
 	if (!fs->root) {
 		free(fs);
 		return -ENOMEM;
@@ -1344,11 +1293,22 @@ static void free_tree(struct dmarfs *fs, struct inode *d)
 	dmar_dir_clear(&d->dir);
 }
 
+void dmarfs_set_session(struct dmarfs *fs, struct fuse_session *se)
+{
+	fs->se = se;
+}
+
+void dmarfs_set_node(struct dmarfs *fs, struct dmarfs_node *node)
+{
+	fs->node = node;
+}
+
 void dmarfs_free(struct dmarfs *fs)
 {
 	if (!fs)
 		return;
 	idle_stop(fs);
+	dmarfs_remote_free(fs);
 	while (fs->grave) {
 		struct inode *n = fs->grave->idle_next;
 		fs->inodes++;

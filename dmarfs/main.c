@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "fs.h"
+#include "node.h"
 #include "options.h"
 
 static int add_arg(struct fuse_args *args, const char *fmt, const char *val)
@@ -32,6 +33,7 @@ int main(int argc, char **argv)
 	struct dmar_arena *arena = NULL;
 	struct dmar_bytepack *pack = NULL;
 	struct dmarfs *fs = NULL;
+	struct dmarfs_node *node = NULL;
 	struct fuse_session *se = NULL;
 	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
 
@@ -63,6 +65,20 @@ int main(int argc, char **argv)
 		fprintf(stderr, "dmarfs: out of memory\n");
 		goto out;
 	}
+	bool is_node = o.node || o.listen || o.peers || o.view;
+	char host[256] = "node";
+	if (is_node && !o.node) {
+		gethostname(host, sizeof(host) - 1);
+		host[sizeof(host) - 1] = 0;
+	}
+	struct dmarfs_node_config nc = { .name = o.node ? o.node : host, .listen = o.listen, .peers = o.peers,
+					 .token = o.token, .tls_cert = o.tls_cert, .tls_key = o.tls_key,
+					 .tls_ca = o.tls_ca, .serve = !o.view };
+	if (is_node && (dmarfs_node_new(&node, fs, &nc, &err) < 0 || dmarfs_remote_new(fs, node, o.view, &err) < 0)) {
+		fprintf(stderr, "dmarfs: %s\n", err.msg[0] ? err.msg : "out of memory");
+		goto out;
+	}
+	dmarfs_set_node(fs, node);
 
 	if (fuse_opt_add_arg(&args, argv[0]) || add_arg(&args, "-ofsname=%s", o.source) ||
 	    fuse_opt_add_arg(&args, "-osubtype=dmarfs") || fuse_opt_add_arg(&args, "-odefault_permissions") ||
@@ -74,6 +90,7 @@ int main(int argc, char **argv)
 	se = fuse_session_new(&args, dmarfs_ops(), sizeof(struct fuse_lowlevel_ops), fs);
 	if (!se)
 		goto out;
+	dmarfs_set_session(fs, se);
 	if (fuse_set_signal_handlers(se) != 0)
 		goto out;
 	if (fuse_session_mount(se, o.mountpoint) != 0) {
@@ -87,6 +104,15 @@ int main(int argc, char **argv)
 		o.encode == DMAR_ENCODE_NONE ? "none" : o.encode == DMAR_ENCODE_DEDUP ? "dedup" : "zstd");
 	if (fuse_daemonize(o.foreground) != 0)
 		goto out_unmount;
+	/* The server's threads must be the daemon's, so after the fork; a
+	 * port in use is still reported (to the log when daemonized). */
+	if (node && dmarfs_node_start(node, &err) < 0) {
+		fprintf(stderr, "dmarfs: node %s: %s\n", nc.name, err.msg);
+		goto out_unmount;
+	}
+	if (node)
+		fprintf(stderr, "dmarfs: node %s: %zu peers%s%s\n", nc.name, dmarfs_node_peer_count(node),
+			o.view ? ", view of " : "", o.view ? o.view : "");
 	struct fuse_loop_config *lc = fuse_loop_cfg_create();
 	if (lc) {
 		fuse_loop_cfg_set_clone_fd(lc, 0);
@@ -107,6 +133,8 @@ out:
 	if (se)
 		fuse_session_destroy(se);
 	fuse_opt_free_args(&args);
+	/* The server first: its requests act on fs. */
+	dmarfs_node_free(node);
 	dmarfs_free(fs);
 	dmar_bytepack_free(pack);
 	dmar_arena_free(arena);

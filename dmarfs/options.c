@@ -39,6 +39,13 @@ static const struct opt_desc table[] = {
 	O("level", T_LEVEL, level),
 	O("bytepack", T_STR, bytepack),
 	O("node", T_STR, node),
+	O("listen", T_STR, listen),
+	O("peers", T_STR, peers),
+	O("token", T_STR, token),
+	O("tls_cert", T_STR, tls_cert),
+	O("tls_key", T_STR, tls_key),
+	O("tls_ca", T_STR, tls_ca),
+	O("view", T_STR, view),
 	O("allow_other", T_FLAG, allow_other),
 	O("ro", T_FLAG, ro),
 	O("threads", T_UINT, threads),
@@ -222,7 +229,12 @@ static const char usage[] =
 	"  encode=MODE      none | dedup (default) | zstd\n"
 	"  level=N          zstd level for encode=zstd (default 3)\n"
 	"  bytepack=FILE    byte pack (dmar mine) for encode=zstd\n"
-	"  node=NAME        this node's name (default: the host name)\n"
+	"  node=NAME        make the mount a node named NAME (default: the host name)\n"
+	"  listen=ADDR:PORT serve the node's REST API there (default 127.0.0.1:7420)\n"
+	"  peers=FILE       other nodes, one 'NAME HOST:PORT' a line; each is @NAME/\n"
+	"  token=FILE       shared secret for the API (needed beyond loopback)\n"
+	"  tls_cert=FILE, tls_key=FILE   serve HTTPS;  tls_ca=FILE  CA of the peers\n"
+	"  view=PEER        show PEER's files at the root (a client, no server)\n"
 	"  allow_other      let other users access the mount\n"
 	"  threads=N        most threads serving requests (default 16)\n"
 	"  ro, rw, nosuid, nodev, noexec, noatime, ...   as for any mount\n"
@@ -290,6 +302,14 @@ int dmarfs_opts_parse(int argc, char **argv, struct dmarfs_opts *o)
 		if (o->nr_inodes < 1024)
 			o->nr_inodes = 1024;
 	}
+	if (!o->tls_cert != !o->tls_key) {
+		fputs("dmarfs: tls_cert= and tls_key= go together\n", stderr);
+		return -EINVAL;
+	}
+	if (o->view && !o->peers) {
+		fputs("dmarfs: view= needs peers= (the file that says where the peer is)\n", stderr);
+		return -EINVAL;
+	}
 	if (o->bytepack && o->encode != DMAR_ENCODE_ZSTD) {
 		fputs("dmarfs: bytepack= needs encode=zstd\n", stderr);
 		return -EINVAL;
@@ -303,5 +323,12 @@ void dmarfs_opts_free(struct dmarfs_opts *o)
 	free(o->mountpoint);
 	free(o->bytepack);
 	free(o->node);
+	free(o->listen);
+	free(o->peers);
+	free(o->token);
+	free(o->tls_cert);
+	free(o->tls_key);
+	free(o->tls_ca);
+	free(o->view);
 	free(o->fuse_opts);
 }

@@ -25,7 +25,9 @@ struct dmarfs_opts {
 	enum dmar_encode_mode encode;
 	int level;
 	char *bytepack;
-	char *node;
+	char *node;          /* node=NAME; a node when any of node/listen/peers/view is given */
+	char *listen, *peers, *token, *tls_cert, *tls_key, *tls_ca;
+	char *view;          /* view=PEER: the mount shows that peer's files */
 	bool foreground, debug, allow_other, ro;
 	unsigned threads;    /* most FUSE worker threads */
 	char *fuse_opts;     /* generic options passed to the kernel/libfuse */

@@ -1,0 +1,883 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The node: net/server.h's operations over the mount's namespace and
+ * chunk store, the peers, and shipping a file to one of them.
+ *
+ * Locking is the filesystem's (fs_i.h): the namespace mutex for names,
+ * each inode's rwlock for contents.  Nothing here calls the kernel
+ * (notify_inval_entry) with a lock held: the kernel may be waiting for one
+ * of our FUSE requests that waits for that lock.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "fs_i.h"
+#include "node.h"
+#include "peers.h"
+#include "server.h"
+
+/* How long an uploaded chunk waits for the commit that uses it. */
+#define STAGE_SECONDS 600
+
+struct stage {
+	struct dmar_id id;
+	uint64_t expires;    /* CLOCK_MONOTONIC seconds */
+	struct stage *next;
+};
+
+#define STAGE_BUCKETS 4096
+
+struct dmarfs_node {
+	struct dmarfs *fs;
+	struct dmarfs_node_config cfg;
+	char *name;
+	char *token;
+	struct dmar_peers *peers;
+	/* Every peer of the peers file, then this node itself when the file
+	 * does not list it (a node reaches itself as @SELF over loopback). */
+	size_t npeers;
+	const char **names;
+	struct dmar_client **clients;
+	struct dmar_server *server;
+	/* staged chunks: one reference each, protected by stage_lock */
+	pthread_mutex_t stage_lock;
+	struct stage *stage[STAGE_BUCKETS];
+	size_t nstaged;
+	uint64_t next_reap;
+	uint64_t next_xfer; /* transfer ids for events, atomic */
+};
+
+static uint64_t mono(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (uint64_t)t.tv_sec;
+}
+
+static double now_seconds(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+static struct dmar_fsctx *CTX(struct dmarfs_node *n)
+{
+	return &n->fs->cfg.ctx;
+}
+
+/* ---- staging ------------------------------------------------------------ */
+
+static size_t bucket(const struct dmar_id *id)
+{
+	uint32_t h;
+	memcpy(&h, id->b, sizeof(h)); /* ids are uniform: any bytes hash */
+	return h % STAGE_BUCKETS;
+}
+
+/* Drop expired stages; stage_lock held.  Runs now and then from the API's
+ * own calls, so an idle node keeps its stages until the next request. */
+static void reap(struct dmarfs_node *n, uint64_t t)
+{
+	if (t < n->next_reap)
+		return;
+	n->next_reap = t + 10;
+	for (size_t b = 0; b < STAGE_BUCKETS; b++)
+		for (struct stage **p = &n->stage[b]; *p;) {
+			struct stage *s = *p;
+			if (s->expires > t) {
+				p = &s->next;
+				continue;
+			}
+			*p = s->next;
+			dmar_store_unref(CTX(n)->arena, &s->id);
+			free(s);
+			n->nstaged--;
+		}
+}
+
+/* Hold one staging reference on id (the caller has just added one and
+ * hands it over): a second upload of the same chunk only refreshes it. */
+static void stage_add(struct dmarfs_node *n, const struct dmar_id *id)
+{
+	uint64_t t = mono();
+	pthread_mutex_lock(&n->stage_lock);
+	reap(n, t);
+	size_t b = bucket(id);
+	for (struct stage *s = n->stage[b]; s; s = s->next)
+		if (!memcmp(s->id.b, id->b, DMAR_HASH_SIZE)) {
+			s->expires = t + STAGE_SECONDS;
+			pthread_mutex_unlock(&n->stage_lock);
+			dmar_store_unref(CTX(n)->arena, id);
+			return;
+		}
+	struct stage *s = malloc(sizeof(*s));
+	if (s) {
+		s->id = *id;
+		s->expires = t + STAGE_SECONDS;
+		s->next = n->stage[b];
+		n->stage[b] = s;
+		n->nstaged++;
+	}
+	pthread_mutex_unlock(&n->stage_lock);
+	if (!s)
+		dmar_store_unref(CTX(n)->arena, id); /* no memory to track it: not held */
+}
+
+/* A commit took its own references: the stages of its chunks go. */
+static void stage_release(struct dmarfs_node *n, const struct dmar_recipe *r)
+{
+	pthread_mutex_lock(&n->stage_lock);
+	for (size_t i = 0; i < r->n && n->nstaged; i++) {
+		if (r->e[i].kind != DMAR_RECIPE_CHUNK)
+			continue;
+		for (struct stage **p = &n->stage[bucket(&r->e[i].id)]; *p; p = &(*p)->next)
+			if (!memcmp((*p)->id.b, r->e[i].id.b, DMAR_HASH_SIZE)) {
+				struct stage *s = *p;
+				*p = s->next;
+				dmar_store_unref(CTX(n)->arena, &s->id);
+				free(s);
+				n->nstaged--;
+				break;
+			}
+	}
+	pthread_mutex_unlock(&n->stage_lock);
+}
+
+static void stage_clear(struct dmarfs_node *n)
+{
+	for (size_t b = 0; b < STAGE_BUCKETS; b++)
+		while (n->stage[b]) {
+			struct stage *s = n->stage[b];
+			n->stage[b] = s->next;
+			dmar_store_unref(CTX(n)->arena, &s->id);
+			free(s);
+		}
+	n->nstaged = 0;
+}
+
+/* ---- paths -------------------------------------------------------------- */
+
+/*
+ * Walk path from the root; ns held.  With leaf (a buffer of 256 bytes),
+ * stop at the parent: *out is the parent directory and leaf its last
+ * component ("" for the root itself).  -ENOENT, -ENOTDIR.
+ */
+static int walk(struct dmarfs *fs, const char *path, struct inode **out, char *leaf)
+{
+	struct inode *d = fs->root;
+	const char *p = path;
+	if (leaf)
+		leaf[0] = 0;
+	while (*p) {
+		const char *slash = strchr(p, '/');
+		size_t len = slash ? (size_t)(slash - p) : strlen(p);
+		char name[256];
+		memcpy(name, p, len); /* dmar_wire_path_check: len <= 255 */
+		name[len] = 0;
+		p += len;
+		while (*p == '/')
+			p++;
+		if (leaf && !*p) {
+			memcpy(leaf, name, len + 1);
+			break;
+		}
+		if (!S_ISDIR(d->mode))
+			return -ENOTDIR;
+		struct dmar_dirent *e = fs_dir_find(d, name);
+		if (!e)
+			return -ENOENT;
+		d = ENTRY_INO(e);
+	}
+	if (leaf && !S_ISDIR(d->mode))
+		return -ENOTDIR;
+	*out = d;
+	return 0;
+}
+
+/* Look path up and take a lookup reference on it (so it stays alive once
+ * ns is dropped): release with unhold. */
+static int hold(struct dmarfs *fs, const char *path, struct inode **out)
+{
+	pthread_mutex_lock(&fs->ns);
+	int r = walk(fs, path, out, NULL);
+	if (!r)
+		(*out)->nlookup++;
+	pthread_mutex_unlock(&fs->ns);
+	return r;
+}
+
+static void unhold(struct dmarfs *fs, struct inode *i)
+{
+	pthread_mutex_lock(&fs->ns);
+	fs_forget_one(fs, i, 1);
+	pthread_mutex_unlock(&fs->ns);
+}
+
+static fuse_ino_t nodeid(struct dmarfs *fs, struct inode *i)
+{
+	return i == fs->root ? FUSE_ROOT_ID : (fuse_ino_t)(uintptr_t)i;
+}
+
+/* Tell the kernel that parent/name changed, so a cached entry does not
+ * show the old file for up to its timeout. */
+static void inval(struct dmarfs *fs, fuse_ino_t parent, const char *name)
+{
+	if (fs->se)
+		fuse_lowlevel_notify_inval_entry(fs->se, parent, name, strlen(name));
+}
+
+/* ---- JSON ----------------------------------------------------------- */
+
+static const char *type_name(mode_t m)
+{
+	return S_ISDIR(m) ? "dir" : S_ISLNK(m) ? "symlink" : S_ISREG(m) ? "file" : "other";
+}
+
+/* i->lock held. */
+static json_t *stat_json(struct dmarfs *fs, struct inode *i, const char *name, nlink_t nlink)
+{
+	struct stat st;
+	fs_fill_stat(i, &st);
+	json_t *o = json_pack("{s:s, s:I, s:i, s:f, s:I, s:I, s:i, s:i}", "type", type_name(i->mode), "size",
+			      (json_int_t)st.st_size, "mode", (int)(i->mode & 07777), "mtime",
+			      (double)i->mtime.tv_sec + (double)i->mtime.tv_nsec / 1e9, "mtime_ns",
+			      (json_int_t)i->mtime.tv_sec * 1000000000 + i->mtime.tv_nsec, "nlink", (json_int_t)nlink,
+			      "uid", (int)i->uid, "gid", (int)i->gid);
+	if (!o)
+		return NULL;
+	if (name)
+		json_object_set_new(o, "name", json_string(name));
+	if (S_ISREG(i->mode)) {
+		struct dmar_file_stats fst;
+		dmar_file_stats(&i->f, &fs->cfg.ctx, &fst);
+		json_object_set_new(o, "logical", json_integer((json_int_t)fst.logical));
+		json_object_set_new(o, "stored", json_integer((json_int_t)fst.stored));
+		json_object_set_new(o, "chunks", json_integer((json_int_t)fst.chunks));
+		json_object_set_new(o, "state", json_string(fst.raw ? "raw" : "encoded"));
+	} else if (S_ISLNK(i->mode)) {
+		json_object_set_new(o, "target", json_string(i->target));
+	}
+	return o;
+}
+
+/* ---- the server's operations ------------------------------------------ */
+
+static int op_info(void *ctx, json_t **out, struct dmar_error *err)
+{
+	(void)err;
+	struct dmarfs_node *n = ctx;
+	struct dmar_arena *a = CTX(n)->arena;
+	struct dmar_store_stats ss;
+	dmar_store_stats(a, &ss);
+	json_t *peers = json_array();
+	for (size_t i = 0; peers && i < dmarfs_node_peer_count(n); i++)
+		json_array_append_new(peers, json_string(dmarfs_node_peer_name(n, i)));
+	pthread_mutex_lock(&n->stage_lock);
+	size_t staged = n->nstaged;
+	pthread_mutex_unlock(&n->stage_lock);
+	pthread_mutex_lock(&n->fs->ns);
+	uint64_t inodes = n->fs->inodes;
+	pthread_mutex_unlock(&n->fs->ns);
+	const char *enc = CTX(n)->encode == DMAR_ENCODE_NONE ? "none"
+			  : CTX(n)->encode == DMAR_ENCODE_DEDUP ? "dedup" : "zstd";
+	*out = json_pack("{s:s, s:{s:I, s:I, s:I, s:s, s:I}, s:{s:I, s:I, s:I, s:I, s:I}, s:I, s:s, s:o}", "name",
+			 n->name, "arena", "size", (json_int_t)dmar_arena_size(a), "used",
+			 (json_int_t)dmar_arena_used(a), "free", (json_int_t)(dmar_arena_size(a) - dmar_arena_used(a)),
+			 "backing", dmar_arena_describe(a), "pagesize", (json_int_t)dmar_arena_pagesize(a), "store",
+			 "chunks", (json_int_t)ss.chunks, "refs", (json_int_t)ss.refs, "stored_bytes",
+			 (json_int_t)ss.stored_bytes, "chunk_bytes", (json_int_t)ss.chunk_bytes, "staged",
+			 (json_int_t)staged, "inodes", (json_int_t)inodes, "encode", enc, "peers",
+			 peers ? peers : json_array());
+	return *out ? 0 : -ENOMEM;
+}
+
+static int op_stat(void *ctx, const char *path, json_t **out, struct dmar_error *err)
+{
+	(void)err;
+	struct dmarfs_node *n = ctx;
+	struct dmarfs *fs = n->fs;
+	struct inode *i;
+	int r = hold(fs, path, &i);
+	if (r < 0)
+		return r;
+	nlink_t nl = fs_get_nlink(fs, i);
+	pthread_rwlock_rdlock(&i->lock);
+	json_t *o = stat_json(fs, i, NULL, nl);
+	pthread_rwlock_unlock(&i->lock);
+	if (o && S_ISDIR(i->mode)) {
+		/* A snapshot of the entries under ns; each child's attributes
+		 * under its own lock (ns first, then one inode: the order of
+		 * fs.c). */
+		json_t *ents = json_array();
+		pthread_mutex_lock(&fs->ns);
+		size_t pos = dmar_dir_seek(&i->dir, 0);
+		for (struct dmar_dirent *e; ents && (e = dmar_dir_next(&i->dir, &pos));) {
+			struct inode *c = ENTRY_INO(e);
+			pthread_rwlock_rdlock(&c->lock);
+			json_t *cj = stat_json(fs, c, e->name, c->nlink);
+			pthread_rwlock_unlock(&c->lock);
+			if (cj)
+				json_array_append_new(ents, cj);
+		}
+		pthread_mutex_unlock(&fs->ns);
+		json_object_set_new(o, "entries", ents ? ents : json_array());
+	}
+	unhold(fs, i);
+	if (!o)
+		return -ENOMEM;
+	*out = o;
+	return 0;
+}
+
+static int op_remove(void *ctx, const char *path, struct dmar_error *err)
+{
+	struct dmarfs_node *n = ctx;
+	struct dmarfs *fs = n->fs;
+	char leaf[256];
+	struct inode *d;
+	pthread_mutex_lock(&fs->ns);
+	int r = walk(fs, path, &d, leaf);
+	struct dmar_dirent *e = NULL;
+	if (!r && !leaf[0])
+		r = dmar_error_set(err, -EINVAL, "the root cannot be removed");
+	else if (!r && !(e = fs_dir_find(d, leaf)))
+		r = -ENOENT;
+	else if (!r && S_ISDIR(ENTRY_INO(e)->mode) && dmar_dir_count(&ENTRY_INO(e)->dir))
+		r = -ENOTEMPTY;
+	fuse_ino_t parent = 0;
+	if (!r) {
+		parent = nodeid(fs, d);
+		fs_unlink_entry(fs, d, e);
+	}
+	pthread_mutex_unlock(&fs->ns);
+	if (!r)
+		inval(fs, parent, leaf);
+	return r;
+}
+
+static int op_mkdir(void *ctx, const char *path, uint32_t mode, struct dmar_error *err)
+{
+	struct dmarfs_node *n = ctx;
+	struct dmarfs *fs = n->fs;
+	char leaf[256];
+	struct inode *d;
+	pthread_mutex_lock(&fs->ns);
+	int r = walk(fs, path, &d, leaf);
+	if (!r && !leaf[0])
+		r = -EEXIST;
+	else if (!r && d->nlink == 0)
+		r = -ENOENT;
+	else if (!r && fs_dir_find(d, leaf))
+		r = -EEXIST;
+	fuse_ino_t parent = 0;
+	if (!r) {
+		struct inode *i = fs_inode_new(fs, S_IFDIR | (mode & 07777), d->uid, d->gid);
+		if (!i) {
+			r = dmar_error_set(err, -ENOSPC, "no inode left (nr_inodes)");
+		} else if ((r = fs_dir_add(d, leaf, i)) < 0) {
+			fs_inode_maybe_free(fs, i);
+		} else {
+			i->nlink = 2;
+			i->parent = d;
+			d->nlink++;
+			fs_touch_dir(d);
+			parent = nodeid(fs, d);
+		}
+	}
+	pthread_mutex_unlock(&fs->ns);
+	if (!r)
+		inval(fs, parent, leaf);
+	return r;
+}
+
+static int op_have(void *ctx, const struct dmar_id *ids, size_t cnt, uint8_t *missing, struct dmar_error *err)
+{
+	(void)err;
+	struct dmarfs_node *n = ctx;
+	struct dmar_chunk_info info;
+	for (size_t i = 0; i < cnt; i++)
+		missing[i] = dmar_store_lookup(CTX(n)->arena, &ids[i], &info) < 0;
+	return 0;
+}
+
+static int op_put_chunk(void *ctx, const struct dmar_wire_chunk *c, const uint8_t *decoded, struct dmar_error *err)
+{
+	struct dmarfs_node *n = ctx;
+	int r = dmar_fsctx_chunk_put(CTX(n), c, decoded);
+	if (r == -ENOSPC)
+		return dmar_error_set(err, r, "arena full: %" PRIu64 " of %" PRIu64 " bytes used",
+				      dmar_arena_used(CTX(n)->arena), dmar_arena_size(CTX(n)->arena));
+	if (r < 0)
+		return r;
+	stage_add(n, &c->id);
+	return 0;
+}
+
+/* The missing ids as the commit's 409 answer. */
+static json_t *missing_json(const struct dmar_id *m, size_t nm)
+{
+	json_t *list = json_array();
+	for (size_t i = 0; list && i < nm && i < DMAR_SERVER_MISSING_LIST; i++) {
+		char hex[DMAR_HASH_HEX_SIZE];
+		dmar_hex(m[i].b, DMAR_HASH_SIZE, hex);
+		json_array_append_new(list, json_string(hex));
+	}
+	return json_pack("{s:I, s:o}", "missing_count", (json_int_t)nm, "missing", list ? list : json_array());
+}
+
+/* Link the new file i (nlink 0, owned by us) at d/leaf, replacing what is
+ * there; ns held. */
+static int link_new(struct dmarfs *fs, struct inode *d, const char *leaf, struct inode *i, bool noreplace)
+{
+	struct dmar_dirent *e = fs_dir_find(d, leaf);
+	if (e) {
+		struct inode *old = ENTRY_INO(e);
+		if (S_ISDIR(old->mode))
+			return -EISDIR;
+		if (noreplace)
+			return -EEXIST;
+		e->ino = i; /* one step: readers see the old file or the new one */
+		old->nlink--;
+		pthread_rwlock_wrlock(&old->lock);
+		old->ctime = fs_now();
+		pthread_rwlock_unlock(&old->lock);
+		fs_inode_maybe_free(fs, old);
+	} else {
+		int r = fs_dir_add(d, leaf, i);
+		if (r < 0)
+			return r;
+	}
+	i->nlink = 1;
+	i->parent = d;
+	fs_touch_dir(d);
+	return 0;
+}
+
+static int op_commit(void *ctx, const char *path, const struct dmar_recipe *rc, bool noreplace, json_t **out,
+		     struct dmar_error *err)
+{
+	struct dmarfs_node *n = ctx;
+	struct dmarfs *fs = n->fs;
+	char leaf[256];
+	struct inode *d;
+	pthread_mutex_lock(&fs->ns);
+	int r = walk(fs, path, &d, leaf);
+	if (!r && !leaf[0])
+		r = dmar_error_set(err, -EISDIR, "the root is a directory");
+	struct inode *i = NULL;
+	if (!r && !(i = fs_inode_new(fs, S_IFREG | (rc->mode & 07777), d->uid, d->gid)))
+		r = dmar_error_set(err, -ENOSPC, "no inode left (nr_inodes)");
+	if (i)
+		i->nlookup++; /* ours until linked */
+	pthread_mutex_unlock(&fs->ns);
+	if (r < 0)
+		return r;
+
+	/* Build the contents outside the namespace lock: nobody else can
+	 * see i yet. */
+	struct dmar_id *miss = NULL;
+	size_t nmiss = 0;
+	pthread_rwlock_wrlock(&i->lock);
+	r = dmar_file_from_recipe(&i->f, &fs->cfg.ctx, rc, &miss, &nmiss);
+	i->mtime = (struct timespec){ .tv_sec = rc->mtime_sec, .tv_nsec = rc->mtime_nsec };
+	pthread_rwlock_unlock(&i->lock);
+	if (r == -ENODATA) {
+		*out = missing_json(miss, nmiss);
+		dmar_error_set(err, r, "%zu chunks of the recipe are missing", nmiss);
+		free(miss);
+	} else if (r == -EINVAL) {
+		dmar_error_set(err, r, "recipe shows bytes beyond the end of a chunk");
+	}
+
+	fuse_ino_t parent = 0;
+	pthread_mutex_lock(&fs->ns);
+	/* The parent may have gone while we built the file. */
+	if (!r && (r = walk(fs, path, &d, leaf)) == 0 && d->nlink == 0)
+		r = -ENOENT;
+	if (!r && (r = link_new(fs, d, leaf, i, noreplace)) == 0)
+		parent = nodeid(fs, d);
+	if (!r)
+		*out = stat_json(fs, i, NULL, 1);
+	fs_forget_one(fs, i, 1); /* unlinked on failure: freed here */
+	pthread_mutex_unlock(&fs->ns);
+	if (r < 0)
+		return r;
+	stage_release(n, rc);
+	inval(fs, parent, leaf);
+	return 0;
+}
+
+/* Encode i so that it is all chunks and holes, and take its recipe with
+ * every chunk pinned.  Chunks are needed to ship even from an encode=none
+ * mount: those files are chunked (dedup) for the occasion. */
+static int take_recipe(struct dmarfs *fs, struct inode *i, struct dmar_recipe *rc)
+{
+	struct dmar_fsctx c = fs->cfg.ctx;
+	if (c.encode == DMAR_ENCODE_NONE)
+		c.encode = DMAR_ENCODE_DEDUP;
+	for (int tries = 0; tries < 8; tries++) {
+		struct dmar_encode_plan *plan = NULL;
+		pthread_rwlock_rdlock(&i->lock);
+		int r = dmar_file_encode_prepare(&i->f, &c, &plan);
+		pthread_rwlock_unlock(&i->lock);
+		if (r < 0)
+			return r;
+		pthread_rwlock_wrlock(&i->lock);
+		r = plan ? dmar_file_encode_commit(&i->f, &c, plan) : 0;
+		if (!r && !(r = dmar_file_recipe(&i->f, rc))) {
+			rc->mode = i->mode & 07777;
+			rc->mtime_sec = i->mtime.tv_sec;
+			rc->mtime_nsec = (uint32_t)i->mtime.tv_nsec;
+			if ((r = dmarfs_node_pin(&c, rc)) < 0)
+				dmar_recipe_free(rc);
+		}
+		pthread_rwlock_unlock(&i->lock);
+		if (r != -EAGAIN)
+			return r;
+	}
+	return -EBUSY; /* written to all the time */
+}
+
+static int hold_file(struct dmarfs *fs, const char *path, struct inode **out, struct dmar_error *err)
+{
+	int r = hold(fs, path, out);
+	if (r < 0)
+		return r;
+	if (!S_ISREG((*out)->mode)) {
+		bool dir = S_ISDIR((*out)->mode);
+		unhold(fs, *out);
+		return dmar_error_set(err, dir ? -EISDIR : -EINVAL, "%s is not a regular file", path[0] ? path : "/");
+	}
+	return 0;
+}
+
+static int op_recipe(void *ctx, const char *path, uint8_t **buf, size_t *len, struct dmar_error *err)
+{
+	struct dmarfs_node *n = ctx;
+	struct inode *i;
+	int r = hold_file(n->fs, path, &i, err);
+	if (r < 0)
+		return r;
+	struct dmar_recipe rc;
+	r = take_recipe(n->fs, i, &rc);
+	unhold(n->fs, i);
+	if (r < 0)
+		return r;
+	*len = dmar_recipe_wire_size(rc.n);
+	if ((*buf = malloc(*len)))
+		dmar_recipe_write(&rc, *buf, NULL);
+	else
+		r = -ENOMEM;
+	dmarfs_node_unpin(CTX(n), &rc);
+	dmar_recipe_free(&rc);
+	return r;
+}
+
+static int op_get_chunk(void *ctx, const struct dmar_id *id, struct dmar_wire_chunk *c, uint8_t **buf,
+			struct dmar_error *err)
+{
+	(void)err;
+	struct dmarfs_node *n = ctx;
+	struct dmar_arena *a = CTX(n)->arena;
+	int r = dmar_store_ref_existing(a, id);
+	if (r < 0)
+		return r;
+	uint8_t *tmp = NULL;
+	r = dmar_fsctx_chunk_wire(CTX(n), id, c, &tmp);
+	if (!r && !tmp) {
+		/* Copy out of the arena before the reference goes. */
+		if ((tmp = malloc(c->stored)))
+			memcpy(tmp, c->payload, c->stored);
+		else
+			r = -ENOMEM;
+	}
+	dmar_store_unref(a, id);
+	if (r < 0) {
+		free(tmp);
+		return r;
+	}
+	c->payload = tmp;
+	*buf = tmp;
+	return 0;
+}
+
+static int op_transfer(void *ctx, const char *path, const char *to, const char *dest, json_t **out,
+		       struct dmar_error *err)
+{
+	struct dmarfs_node *n = ctx;
+	if (!dmarfs_node_peer(n, to))
+		return dmar_error_set(err, -ENOENT, "no peer named %s in the peers file", to);
+	struct inode *i;
+	int r = hold_file(n->fs, path, &i, err);
+	if (r < 0)
+		return r;
+	struct dmar_recipe rc;
+	r = take_recipe(n->fs, i, &rc);
+	unhold(n->fs, i);
+	if (r < 0)
+		return r;
+	struct dmar_xfer_stats st;
+	r = dmarfs_node_ship(n, to, path, dest, &rc, false, &st, err);
+	dmarfs_node_unpin(CTX(n), &rc);
+	dmar_recipe_free(&rc);
+	if (r < 0)
+		return r;
+	double s = st.seconds > 0 ? st.seconds : 1e-9;
+	*out = json_pack("{s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:f, s:f, s:f}", "path", path, "to", to, "dest",
+			 dest, "logical_bytes", (json_int_t)st.logical, "wire_bytes", (json_int_t)st.wire_bytes,
+			 "chunks", (json_int_t)st.chunks, "chunks_sent", (json_int_t)st.sent_chunks, "round_trips",
+			 (json_int_t)st.round_trips, "seconds", st.seconds, "effective_MBps", st.logical / s / 1e6,
+			 "wire_MBps", st.wire_bytes / s / 1e6);
+	return *out ? 0 : -ENOMEM;
+}
+
+static const struct dmar_node_ops node_ops = {
+	.info = op_info,
+	.stat = op_stat,
+	.remove = op_remove,
+	.mkdir = op_mkdir,
+	.have = op_have,
+	.put_chunk = op_put_chunk,
+	.commit = op_commit,
+	.recipe = op_recipe,
+	.get_chunk = op_get_chunk,
+	.transfer = op_transfer,
+};
+
+/* ---- shipping ------------------------------------------------------------ */
+
+int dmarfs_node_pin(struct dmar_fsctx *c, const struct dmar_recipe *r)
+{
+	for (size_t i = 0; i < r->n; i++) {
+		if (r->e[i].kind != DMAR_RECIPE_CHUNK)
+			continue;
+		if (dmar_store_ref_existing(c->arena, &r->e[i].id) < 0) {
+			while (i-- > 0)
+				if (r->e[i].kind == DMAR_RECIPE_CHUNK)
+					dmar_store_unref(c->arena, &r->e[i].id);
+			return -ENOENT;
+		}
+	}
+	return 0;
+}
+
+void dmarfs_node_unpin(struct dmar_fsctx *c, const struct dmar_recipe *r)
+{
+	for (size_t i = 0; i < r->n; i++)
+		if (r->e[i].kind == DMAR_RECIPE_CHUNK)
+			dmar_store_unref(c->arena, &r->e[i].id);
+}
+
+static int src_get(void *ctx, const struct dmar_id *id, uint32_t len, struct dmar_wire_chunk *c)
+{
+	(void)len;
+	struct dmarfs_node *n = ctx;
+	uint8_t *buf;
+	int r = dmar_fsctx_chunk_wire(CTX(n), id, c, &buf);
+	/* buf (a byte-pack chunk decoded) is c->payload: put frees it. */
+	return r;
+}
+
+static void src_put(void *ctx, struct dmar_wire_chunk *c)
+{
+	struct dmarfs_node *n = ctx;
+	const uint8_t *base = dmar_arena_base(CTX(n)->arena);
+	if (c->payload < base || c->payload >= base + dmar_arena_size(CTX(n)->arena))
+		free((void *)c->payload);
+}
+
+struct progress {
+	struct dmarfs_node *n;
+	json_t *base; /* the event's fixed fields */
+	double next;
+};
+
+static json_t *xfer_event(const char *type, json_t *base, const struct dmar_xfer_stats *st)
+{
+	json_t *ev = json_deep_copy(base);
+	if (!ev)
+		return NULL;
+	double s = st->seconds > 0 ? st->seconds : 1e-9;
+	json_object_set_new(ev, "type", json_string(type));
+	json_object_set_new(ev, "logical_bytes", json_integer((json_int_t)st->logical));
+	json_object_set_new(ev, "wire_bytes", json_integer((json_int_t)st->wire_bytes));
+	json_object_set_new(ev, "chunks_sent", json_integer((json_int_t)st->sent_chunks));
+	json_object_set_new(ev, "seconds", json_real(st->seconds));
+	json_object_set_new(ev, "effective_MBps", json_real(st->logical / s / 1e6));
+	json_object_set_new(ev, "wire_MBps", json_real(st->wire_bytes / s / 1e6));
+	return ev;
+}
+
+static void on_progress(void *ctx, const struct dmar_xfer_stats *st)
+{
+	struct progress *p = ctx;
+	double t = now_seconds();
+	if (t < p->next || !p->n->server)
+		return;
+	p->next = t + 0.25; /* four a second is plenty for a progress bar */
+	json_t *ev = xfer_event("transfer.progress", p->base, st);
+	if (ev)
+		dmar_server_event(p->n->server, ev);
+}
+
+int dmarfs_node_ship(struct dmarfs_node *n, const char *to, const char *src, const char *dest,
+		     const struct dmar_recipe *r, bool noreplace, struct dmar_xfer_stats *st, struct dmar_error *err)
+{
+	struct dmar_client *cl = dmarfs_node_peer(n, to);
+	memset(st, 0, sizeof(*st));
+	if (!cl)
+		return dmar_error_set(err, -ENOENT, "no peer named %s", to);
+	uint64_t id = __atomic_add_fetch(&n->next_xfer, 1, __ATOMIC_RELAXED);
+	struct progress p = { .n = n };
+	p.base = json_pack("{s:I, s:s, s:s, s:s, s:s, s:I}", "id", (json_int_t)id, "from", n->name, "path", src,
+			   "to", to, "dest", dest, "size", (json_int_t)r->size);
+	if (n->server && p.base) {
+		struct dmar_xfer_stats zero = { 0 };
+		json_t *ev = xfer_event("transfer.started", p.base, &zero);
+		if (ev)
+			dmar_server_event(n->server, ev);
+	}
+	struct dmar_chunk_source cs = { .get = src_get, .put = src_put, .ctx = n };
+	int rc = dmar_client_push(cl, dest, r, &cs, noreplace, p.base ? on_progress : NULL, &p, st, err);
+	if (n->server && p.base) {
+		json_t *ev = xfer_event(rc < 0 ? "transfer.failed" : "transfer.done", p.base, st);
+		if (ev && rc < 0) {
+			json_object_set_new(ev, "error", json_string(err && err->msg[0] ? err->msg : strerror(-rc)));
+			json_object_set_new(ev, "errno", json_string(dmar_wire_errno_name(rc)));
+		}
+		if (ev)
+			dmar_server_event(n->server, ev);
+	}
+	json_decref(p.base);
+	return rc;
+}
+
+/* ---- life ------------------------------------------------------------- */
+
+const char *dmarfs_node_name(const struct dmarfs_node *n)
+{
+	return n->name;
+}
+
+size_t dmarfs_node_peer_count(const struct dmarfs_node *n)
+{
+	return n->npeers;
+}
+
+const char *dmarfs_node_peer_name(const struct dmarfs_node *n, size_t i)
+{
+	return n->names[i];
+}
+
+struct dmar_client *dmarfs_node_peer(struct dmarfs_node *n, const char *name)
+{
+	for (size_t i = 0; i < n->npeers; i++)
+		if (!strcmp(n->names[i], name))
+			return n->clients[i];
+	return NULL;
+}
+
+/* The URL this node reaches itself at: its listen address, with a
+ * wildcard address replaced by loopback. */
+static void self_url(const struct dmarfs_node_config *cfg, bool tls, char *buf, size_t cap)
+{
+	const char *l = cfg->listen ? cfg->listen : "127.0.0.1:7420";
+	const char *colon = strrchr(l, ':');
+	const char *port = colon ? colon + 1 : l;
+	char host[256] = "127.0.0.1";
+	if (colon && (size_t)(colon - l) < sizeof(host)) {
+		memcpy(host, l, (size_t)(colon - l));
+		host[colon - l] = 0;
+	}
+	if (!strcmp(host, "0.0.0.0") || !host[0])
+		strcpy(host, "127.0.0.1");
+	else if (!strcmp(host, "[::]"))
+		strcpy(host, "[::1]");
+	snprintf(buf, cap, "%s://%s:%s", tls ? "https" : "http", host, port);
+}
+
+int dmarfs_node_new(struct dmarfs_node **out, struct dmarfs *fs, const struct dmarfs_node_config *cfg,
+		    struct dmar_error *err)
+{
+	struct dmarfs_node *n = calloc(1, sizeof(*n));
+	if (!n)
+		return -ENOMEM;
+	n->fs = fs;
+	n->cfg = *cfg;
+	pthread_mutex_init(&n->stage_lock, NULL);
+	int r = 0;
+	if (!(n->name = strdup(cfg->name ? cfg->name : "node"))) {
+		r = -ENOMEM;
+		goto fail;
+	}
+	if (cfg->token && (r = dmar_token_load(cfg->token, &n->token, err)) < 0)
+		goto fail;
+	if (cfg->peers && (r = dmar_peers_load(cfg->peers, &n->peers, err)) < 0)
+		goto fail;
+	size_t np = n->peers ? dmar_peers_count(n->peers) : 0;
+	if (!(n->clients = calloc(np + 1, sizeof(*n->clients))) || !(n->names = calloc(np + 1, sizeof(*n->names)))) {
+		r = -ENOMEM;
+		goto fail;
+	}
+	bool self_listed = false;
+	for (size_t i = 0; i < np; i++) {
+		const struct dmar_peer *p = dmar_peers_get(n->peers, i);
+		char url[512];
+		dmar_peers_url(p, url, sizeof(url));
+		struct dmar_client_opts co = { .name = p->name, .url = url, .token = n->token, .tls_ca = cfg->tls_ca };
+		if ((r = dmar_client_new(&n->clients[i], &co, err)) < 0)
+			goto fail;
+		n->names[i] = p->name;
+		n->npeers++;
+		self_listed |= !strcmp(p->name, n->name);
+	}
+	if (!self_listed && cfg->serve) {
+		char url[512];
+		self_url(cfg, cfg->tls_cert != NULL, url, sizeof(url));
+		struct dmar_client_opts co = { .name = n->name, .url = url, .token = n->token, .tls_ca = cfg->tls_ca };
+		if ((r = dmar_client_new(&n->clients[np], &co, err)) < 0)
+			goto fail;
+		n->names[np] = n->name;
+		n->npeers++;
+	}
+	*out = n;
+	return 0;
+fail:
+	dmarfs_node_free(n);
+	return r;
+}
+
+int dmarfs_node_start(struct dmarfs_node *n, struct dmar_error *err)
+{
+	if (!n->cfg.serve)
+		return 0;
+	struct dmar_server_opts so = { .listen = n->cfg.listen, .token = n->token, .tls_cert = n->cfg.tls_cert,
+				       .tls_key = n->cfg.tls_key };
+	return dmar_server_start(&n->server, &so, &node_ops, n, err);
+}
+
+void dmarfs_node_free(struct dmarfs_node *n)
+{
+	if (!n)
+		return;
+	dmar_server_stop(n->server);
+	for (size_t i = 0; n->clients && i < n->npeers; i++)
+		dmar_client_free(n->clients[i]);
+	free(n->clients);
+	free(n->names);
+	dmar_peers_free(n->peers);
+	stage_clear(n);
+	pthread_mutex_destroy(&n->stage_lock);
+	if (n->token)
+		memset(n->token, 0, strlen(n->token));
+	free(n->token);
+	free(n->name);
+	free(n);
+}

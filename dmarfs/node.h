@@ -1,0 +1,72 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * node.h - a mounted dmarfs as a node: its REST API (net/server.h) acting
+ * on the mount's namespace and chunk store, its peers (net/peers.h) with a
+ * client for each (net/client.h), and shipping files to them.
+ *
+ * The API's writes follow the filesystem's rules: a commit builds the
+ * whole file from chunks the arena holds, then links it in one step under
+ * the namespace lock, so a file appears whole or not at all; the kernel's
+ * caches are told (notify_inval_entry) after the lock is dropped.
+ * Chunks uploaded for a commit are held ("staged") for STAGE_SECONDS; a
+ * commit releases the stage of its chunks, an abandoned upload expires.
+ */
+#ifndef DMARFS_NODE_H
+#define DMARFS_NODE_H
+
+#include <stdbool.h>
+
+#include "client.h"
+#include "error.h"
+#include "file.h"
+#include "wire.h"
+
+struct dmarfs;
+
+struct dmarfs_node_config {
+	const char *name;     /* node=NAME */
+	const char *listen;   /* listen=ADDR:PORT or NULL (127.0.0.1:7420) */
+	const char *peers;    /* peers=FILE or NULL */
+	const char *token;    /* token=FILE or NULL */
+	const char *tls_cert; /* tls_cert=, tls_key=: serve HTTPS */
+	const char *tls_key;
+	const char *tls_ca;   /* tls_ca=: CA of the peers' certificates */
+	bool serve;           /* false for a client view (view=PEER): no server */
+};
+
+struct dmarfs_node;
+
+/* Read the peers and token files and check the listen address (cheap,
+ * before the daemon forks: errors reach the user).  0 or -errno with err. */
+int dmarfs_node_new(struct dmarfs_node **out, struct dmarfs *fs, const struct dmarfs_node_config *cfg,
+		    struct dmar_error *err);
+/* Start serving (after the fork: the server's threads must live in the
+ * daemon).  0 or -errno with err. */
+int dmarfs_node_start(struct dmarfs_node *n, struct dmar_error *err);
+/* Stop serving and free everything.  NULL-safe. */
+void dmarfs_node_free(struct dmarfs_node *n);
+
+const char *dmarfs_node_name(const struct dmarfs_node *n);
+/* Peers, by index (0..count) or by name (NULL if unknown).  The client is
+ * the node's, shared by all threads. */
+size_t dmarfs_node_peer_count(const struct dmarfs_node *n);
+const char *dmarfs_node_peer_name(const struct dmarfs_node *n, size_t i);
+struct dmar_client *dmarfs_node_peer(struct dmarfs_node *n, const char *name);
+
+/*
+ * Ship a file to peer `to` as dest: r is its recipe (mode and mtime set),
+ * every chunk of which the caller keeps referenced until this returns.
+ * Sends events (transfer.started/progress/done/failed) to the node's
+ * websocket clients.  st gets the figures (also on failure).  Returns 0 or
+ * the peer's or the network's -errno, with err.
+ */
+int dmarfs_node_ship(struct dmarfs_node *n, const char *to, const char *src, const char *dest,
+		     const struct dmar_recipe *r, bool noreplace, struct dmar_xfer_stats *st, struct dmar_error *err);
+
+/* Take (pin) or drop one reference on every chunk entry of r: a recipe
+ * taken under a file's lock stays shippable after the lock is dropped.
+ * pin: 0 or -ENOENT (nothing left pinned). */
+int dmarfs_node_pin(struct dmar_fsctx *c, const struct dmar_recipe *r);
+void dmarfs_node_unpin(struct dmar_fsctx *c, const struct dmar_recipe *r);
+
+#endif /* DMARFS_NODE_H */

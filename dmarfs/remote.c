@@ -1,0 +1,1287 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Remote-node paths: MOUNTPOINT/@PEER/... shows peer PEER's files through
+ * its REST API, and a mount with view=PEER shows them at its root.
+ *
+ * This layer wraps the local operations (fs.c): each operation on a
+ * remote inode is served here, everything else goes to the local one.
+ * A remote file's contents live in the local arena while it is open (and
+ * after, as a cache until the kernel forgets the inode): opening pulls
+ * only the chunks the arena lacks; writes, truncates and copy_file_range
+ * from local files change that local copy; flush/fsync ship it (recipe,
+ * missing chunks, atomic commit: node.c) and return the peer's error, so
+ * `cp` fails when the peer did not commit.  Reading a file whose copy is
+ * current costs no network round trip beyond the attribute check.
+ *
+ * Locking: rm->lock protects lookup counts and the peer roots; each
+ * remote inode's rwlock its attributes and contents.  A remote inode's
+ * lock is taken before a local inode's, never after.  Network calls are
+ * made with the remote inode's lock held (a file is shipped whole, and
+ * readers of that one file wait), never with a local lock held except the
+ * local source's during a copy_file_range.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/statvfs.h>
+#include <time.h>
+
+#include "fs_i.h"
+#include "node.h"
+
+#define INODE_REMOTE 0x524d5445u /* "RMTE" */
+/* Remote attributes are the peer's: trust them briefly. */
+#define RATTR_TIMEOUT 1.0
+#define RENTRY_TIMEOUT 1.0
+/* Inode numbers of remote files start here, far from local ones. */
+#define RINO_BASE (1ull << 48)
+
+struct rinode {
+	uint32_t kind;          /* INODE_REMOTE: the same place as struct inode's */
+	struct dmar_client *cl; /* the peer's, owned by the node */
+	const char *peer;       /* its name, owned by the node */
+	char *path;             /* at the peer; "" is its root */
+	uint64_t st_ino;
+	uint64_t nlookup;       /* protected by rm->lock */
+	bool keep;              /* a peer's root or the view: lives until unmount */
+	struct rinode *prev, *next; /* all remote inodes (rm->all), protected by rm->lock */
+	pthread_rwlock_t lock;  /* the rest */
+	struct stat st;         /* last known attributes */
+	double st_at;           /* when (monotonic seconds); 0 = unknown */
+	char *target;           /* symlinks */
+	unsigned opens;
+	bool loaded;            /* f holds the file's contents */
+	bool dirty;             /* f changed since it was shipped (or was created) */
+	int64_t loaded_mtime_ns;
+	uint64_t loaded_size;
+	struct dmar_file f;
+};
+
+struct dmarfs_remote {
+	struct dmarfs *fs;
+	struct dmarfs_node *node;
+	pthread_mutex_t lock;
+	struct rinode **roots;  /* per peer, created at first lookup */
+	struct rinode *view;    /* the root of a view=PEER mount */
+	struct rinode *all;     /* every remote inode, freed at unmount */
+	uint64_t next_ino;      /* atomic */
+};
+
+/* A directory listing taken at opendir (fi->fh). */
+struct rlisting {
+	size_t n;
+	struct {
+		char *name;
+		mode_t mode;
+		uint64_t ino;
+	} *e;
+};
+
+static struct dmarfs *FS(fuse_req_t req)
+{
+	return fuse_req_userdata(req);
+}
+
+static bool is_remote(struct dmarfs *fs, fuse_ino_t ino)
+{
+	if (!fs->remote)
+		return false;
+	if (ino == FUSE_ROOT_ID)
+		return fs->remote->view != NULL;
+	return *(const uint32_t *)(uintptr_t)ino == INODE_REMOTE;
+}
+
+static struct rinode *RI(struct dmarfs *fs, fuse_ino_t ino)
+{
+	return ino == FUSE_ROOT_ID ? fs->remote->view : (struct rinode *)(uintptr_t)ino;
+}
+
+static struct inode *LI(struct dmarfs *fs, fuse_ino_t ino)
+{
+	return ino == FUSE_ROOT_ID ? fs->root : (struct inode *)(uintptr_t)ino;
+}
+
+static fuse_ino_t rnodeid(struct dmarfs *fs, struct rinode *ri)
+{
+	return ri == fs->remote->view ? FUSE_ROOT_ID : (fuse_ino_t)(uintptr_t)ri;
+}
+
+static double mono(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+static const struct fuse_lowlevel_ops *L(void)
+{
+	return fs_local_ops();
+}
+
+/* ---- remote inodes ---------------------------------------------------- */
+
+static struct rinode *rinode_new(struct dmarfs_remote *rm, struct dmar_client *cl, const char *peer,
+				 const char *path)
+{
+	struct rinode *ri = calloc(1, sizeof(*ri));
+	if (!ri || !(ri->path = strdup(path))) {
+		free(ri);
+		return NULL;
+	}
+	ri->kind = INODE_REMOTE;
+	ri->cl = cl;
+	ri->peer = peer;
+	ri->st_ino = RINO_BASE + __atomic_add_fetch(&rm->next_ino, 1, __ATOMIC_RELAXED);
+	pthread_rwlock_init(&ri->lock, NULL);
+	dmar_file_init(&ri->f);
+	pthread_mutex_lock(&rm->lock);
+	ri->next = rm->all;
+	if (rm->all)
+		rm->all->prev = ri;
+	rm->all = ri;
+	pthread_mutex_unlock(&rm->lock);
+	return ri;
+}
+
+/* rm->lock held. */
+static void rinode_unlist(struct dmarfs_remote *rm, struct rinode *ri)
+{
+	if (ri->prev)
+		ri->prev->next = ri->next;
+	else
+		rm->all = ri->next;
+	if (ri->next)
+		ri->next->prev = ri->prev;
+}
+
+static void rinode_destroy(struct dmarfs *fs, struct rinode *ri)
+{
+	dmar_file_clear(&ri->f, &fs->cfg.ctx);
+	pthread_rwlock_destroy(&ri->lock);
+	free(ri->target);
+	free(ri->path);
+	free(ri);
+}
+
+static void rinode_free(struct dmarfs *fs, struct rinode *ri)
+{
+	if (!ri)
+		return;
+	pthread_mutex_lock(&fs->remote->lock);
+	rinode_unlist(fs->remote, ri);
+	pthread_mutex_unlock(&fs->remote->lock);
+	rinode_destroy(fs, ri);
+}
+
+
+static void forget_remote(struct dmarfs *fs, struct rinode *ri, uint64_t n)
+{
+	struct dmarfs_remote *rm = fs->remote;
+	pthread_mutex_lock(&rm->lock);
+	ri->nlookup = ri->nlookup > n ? ri->nlookup - n : 0;
+	bool gone = ri->nlookup == 0 && !ri->keep;
+	if (gone)
+		rinode_unlist(rm, ri);
+	pthread_mutex_unlock(&rm->lock);
+	if (gone)
+		rinode_destroy(fs, ri);
+}
+
+/* "dir/name", or "name" under the peer's root.  NULL on ENOMEM. */
+static char *join(const char *dir, const char *name)
+{
+	size_t a = strlen(dir), b = strlen(name);
+	char *p = malloc(a + b + 2);
+	if (!p)
+		return NULL;
+	if (a) {
+		memcpy(p, dir, a);
+		p[a++] = '/';
+	}
+	memcpy(p + a, name, b + 1);
+	return p;
+}
+
+/* The peer's stat object into ri->st (ri->lock held exclusively). */
+static void apply_stat(struct rinode *ri, json_t *o)
+{
+	const char *type = json_string_value(json_object_get(o, "type"));
+	mode_t fmt = !type ? S_IFREG : !strcmp(type, "dir") ? S_IFDIR : !strcmp(type, "symlink") ? S_IFLNK : S_IFREG;
+	json_int_t ns = json_integer_value(json_object_get(o, "mtime_ns"));
+	struct stat *st = &ri->st;
+	memset(st, 0, sizeof(*st));
+	st->st_ino = ri->st_ino;
+	st->st_mode = fmt | ((mode_t)json_integer_value(json_object_get(o, "mode")) & 07777);
+	st->st_nlink = (nlink_t)json_integer_value(json_object_get(o, "nlink"));
+	if (!st->st_nlink)
+		st->st_nlink = 1;
+	st->st_uid = (uid_t)json_integer_value(json_object_get(o, "uid"));
+	st->st_gid = (gid_t)json_integer_value(json_object_get(o, "gid"));
+	st->st_size = (off_t)json_integer_value(json_object_get(o, "size"));
+	st->st_blksize = 4096;
+	st->st_blocks = (st->st_size + 511) / 512;
+	st->st_mtim.tv_sec = (time_t)(ns / 1000000000);
+	st->st_mtim.tv_nsec = (long)(ns % 1000000000);
+	st->st_atim = st->st_ctim = st->st_mtim;
+	const char *t = json_string_value(json_object_get(o, "target"));
+	if (t && S_ISLNK(fmt)) {
+		free(ri->target);
+		ri->target = strdup(t);
+	}
+	ri->st_at = mono();
+}
+
+/* Refresh ri's attributes from the peer if older than the timeout (or
+ * always with force).  ri->lock held exclusively. */
+static int refresh(struct rinode *ri, bool force, struct dmar_error *err)
+{
+	if (!force && ri->st_at && mono() - ri->st_at < RATTR_TIMEOUT)
+		return 0;
+	json_t *o = NULL;
+	int r = dmar_client_stat(ri->cl, ri->path, &o, err);
+	if (r < 0)
+		return r;
+	apply_stat(ri, o);
+	json_decref(o);
+	return 0;
+}
+
+/* What close() may return for a failed ship: the peer's error where it
+ * means something to the application, else EIO. */
+static int close_errno(int r)
+{
+	switch (-r) {
+	case ENOSPC: case EDQUOT: case EACCES: case EPERM: case EEXIST: case ENOENT:
+	case ENOTDIR: case EISDIR: case EFBIG: case EROFS: case EINVAL: case ENOMEM:
+		return -r;
+	default:
+		return EIO;
+	}
+}
+
+static void log_err(struct rinode *ri, const char *what, int r, const struct dmar_error *err)
+{
+	fprintf(stderr, "dmarfs: %s @%s/%s: %s\n", what, ri->peer, ri->path, err->msg[0] ? err->msg : strerror(-r));
+}
+
+static void stat_of(struct dmarfs *fs, struct rinode *ri, struct stat *st)
+{
+	(void)fs;
+	*st = ri->st;
+	if (ri->loaded && (ri->opens || ri->dirty)) {
+		st->st_size = (off_t)ri->f.size;
+		st->st_blocks = (st->st_size + 511) / 512;
+	}
+}
+
+static void reply_rentry(fuse_req_t req, struct dmarfs *fs, struct rinode *ri, struct fuse_file_info *fi)
+{
+	struct fuse_entry_param e;
+	memset(&e, 0, sizeof(e));
+	pthread_mutex_lock(&fs->remote->lock);
+	ri->nlookup++;
+	pthread_mutex_unlock(&fs->remote->lock);
+	e.ino = rnodeid(fs, ri);
+	e.attr_timeout = RATTR_TIMEOUT;
+	e.entry_timeout = RENTRY_TIMEOUT;
+	pthread_rwlock_rdlock(&ri->lock);
+	stat_of(fs, ri, &e.attr);
+	pthread_rwlock_unlock(&ri->lock);
+	int r = fi ? fuse_reply_create(req, &e, fi) : fuse_reply_entry(req, &e);
+	if (r != 0)
+		forget_remote(fs, ri, 1);
+}
+
+/* ---- contents ------------------------------------------------------ */
+
+struct pulled {
+	struct dmar_fsctx *c;
+	pthread_mutex_t lock;
+	struct dmar_id *ids;
+	size_t n, cap;
+};
+
+/* Each pulled chunk keeps one reference until the file has taken its
+ * own, so nothing pulled is dropped before it is used. */
+static int sink_put(void *ctx, const struct dmar_wire_chunk *w, const uint8_t *decoded)
+{
+	struct pulled *p = ctx;
+	pthread_mutex_lock(&p->lock);
+	int r = 0;
+	if (p->n == p->cap) {
+		size_t cap = p->cap ? p->cap * 2 : 256;
+		struct dmar_id *x = realloc(p->ids, cap * sizeof(*x));
+		if (x) {
+			p->ids = x;
+			p->cap = cap;
+		} else {
+			r = -ENOMEM;
+		}
+	}
+	if (!r && (r = dmar_fsctx_chunk_put(p->c, w, decoded)) == 0)
+		p->ids[p->n++] = w->id;
+	pthread_mutex_unlock(&p->lock);
+	return r;
+}
+
+static int cmp_id(const void *a, const void *b)
+{
+	return memcmp(a, b, DMAR_HASH_SIZE);
+}
+
+/* Load the peer's file into ri->f: its recipe, then only the chunks the
+ * local arena lacks.  ri->lock held exclusively. */
+static int load(struct dmarfs *fs, struct rinode *ri, struct dmar_error *err)
+{
+	struct dmar_fsctx *c = &fs->cfg.ctx;
+	struct dmar_recipe rc;
+	int r = dmar_client_recipe(ri->cl, ri->path, &rc, err);
+	if (r < 0)
+		return r;
+	for (int tries = 0; tries < 3; tries++) {
+		struct dmar_id *want = rc.n ? malloc(rc.n * sizeof(*want)) : NULL;
+		size_t nw = 0;
+		if (rc.n && !want) {
+			r = -ENOMEM;
+			break;
+		}
+		struct dmar_chunk_info info;
+		for (size_t i = 0; i < rc.n; i++)
+			if (rc.e[i].kind == DMAR_RECIPE_CHUNK && dmar_store_lookup(c->arena, &rc.e[i].id, &info) < 0)
+				want[nw++] = rc.e[i].id;
+		/* A file repeats chunks (that is what dedup finds): ask once. */
+		qsort(want, nw, sizeof(*want), cmp_id);
+		size_t u = 0;
+		for (size_t i = 0; i < nw; i++)
+			if (!u || memcmp(want[u - 1].b, want[i].b, DMAR_HASH_SIZE))
+				want[u++] = want[i];
+		struct pulled p = { .c = c };
+		pthread_mutex_init(&p.lock, NULL);
+		struct dmar_chunk_sink sink = { .put = sink_put, .ctx = &p };
+		r = u ? dmar_client_pull(ri->cl, want, u, &sink, NULL, NULL, NULL, err) : 0;
+		if (!r)
+			r = dmar_file_from_recipe(&ri->f, c, &rc, NULL, NULL);
+		for (size_t i = 0; i < p.n; i++)
+			dmar_store_unref(c->arena, &p.ids[i]);
+		free(p.ids);
+		pthread_mutex_destroy(&p.lock);
+		free(want);
+		if (r != -ENODATA)
+			break; /* -ENODATA: a local chunk went meanwhile; again */
+	}
+	if (!r) {
+		ri->loaded = true;
+		ri->dirty = false;
+		ri->st.st_size = (off_t)rc.size;
+		ri->st.st_mode = S_IFREG | rc.mode;
+		ri->st.st_mtim = (struct timespec){ .tv_sec = rc.mtime_sec, .tv_nsec = rc.mtime_nsec };
+		ri->loaded_size = rc.size;
+		ri->loaded_mtime_ns = (int64_t)rc.mtime_sec * 1000000000 + rc.mtime_nsec;
+	}
+	dmar_recipe_free(&rc);
+	return r;
+}
+
+/* Make ri->f current: reload when the peer's file changed since it was
+ * loaded (and ours has no unshipped changes).  ri->lock held exclusively. */
+static int ensure_loaded(struct dmarfs *fs, struct rinode *ri, struct dmar_error *err)
+{
+	if (ri->loaded && (ri->dirty || ri->opens))
+		return 0;
+	int r = refresh(ri, true, err);
+	if (r < 0)
+		return r;
+	if (!S_ISREG(ri->st.st_mode))
+		return S_ISDIR(ri->st.st_mode) ? -EISDIR : -EINVAL;
+	int64_t ns = (int64_t)ri->st.st_mtim.tv_sec * 1000000000 + ri->st.st_mtim.tv_nsec;
+	if (ri->loaded && ri->loaded_mtime_ns == ns && ri->loaded_size == (uint64_t)ri->st.st_size)
+		return 0;
+	dmar_file_clear(&ri->f, &fs->cfg.ctx);
+	ri->loaded = false;
+	return load(fs, ri, err);
+}
+
+/* Ship ri->f to the peer if it has unshipped changes.  ri->lock held
+ * exclusively; returns 0 or the -errno close() should report. */
+static int ship(struct dmarfs *fs, struct rinode *ri)
+{
+	if (!ri->dirty)
+		return 0;
+	struct dmar_error err = { 0 };
+	struct dmar_fsctx c = fs->cfg.ctx;
+	if (c.encode == DMAR_ENCODE_NONE)
+		c.encode = DMAR_ENCODE_DEDUP; /* shipping needs chunks */
+	int r = dmar_file_encode(&ri->f, &c);
+	struct dmar_recipe rc;
+	if (!r)
+		r = dmar_file_recipe(&ri->f, &rc);
+	if (r < 0) {
+		dmar_error_errno(&err, r, "encode");
+		log_err(ri, "ship to", r, &err);
+		return -close_errno(r);
+	}
+	rc.mode = ri->st.st_mode & 07777;
+	rc.mtime_sec = ri->st.st_mtim.tv_sec;
+	rc.mtime_nsec = (uint32_t)ri->st.st_mtim.tv_nsec;
+	/* ri->f holds a reference on every chunk while we hold its lock. */
+	struct dmar_xfer_stats st;
+	r = dmarfs_node_ship(fs->remote->node, ri->peer, "(write)", ri->path, &rc, false, &st, &err);
+	if (!r) {
+		ri->dirty = false;
+		ri->loaded_size = rc.size;
+		ri->loaded_mtime_ns = (int64_t)rc.mtime_sec * 1000000000 + rc.mtime_nsec;
+		ri->st.st_size = (off_t)rc.size;
+		ri->st_at = mono();
+	} else {
+		log_err(ri, "ship to", r, &err);
+	}
+	dmar_recipe_free(&rc);
+	return r < 0 ? -close_errno(r) : 0;
+}
+
+/* ---- operations on remote inodes --------------------------------------- */
+
+static void reply_error(fuse_req_t req, struct rinode *ri, const char *what, int r, const struct dmar_error *err)
+{
+	if (r != -ENOENT)
+		log_err(ri, what, r, err);
+	/* Transport failures reach the application as EIO (a network
+	 * filesystem's convention), the peer's own errors as they are. */
+	fuse_reply_err(req, r == -ECONNREFUSED || r == -EHOSTUNREACH || r == -ETIMEDOUT || r == -EKEYREJECTED
+				    ? EIO
+				    : -r);
+}
+
+static void r_lookup(fuse_req_t req, struct rinode *d, const char *name)
+{
+	struct dmarfs *fs = FS(req);
+	char *path = join(d->path, name);
+	struct rinode *ri = path ? rinode_new(fs->remote, d->cl, d->peer, path) : NULL;
+	free(path);
+	if (!ri) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	struct dmar_error err = { 0 };
+	pthread_rwlock_wrlock(&ri->lock);
+	int r = refresh(ri, true, &err);
+	pthread_rwlock_unlock(&ri->lock);
+	if (r < 0) {
+		reply_error(req, ri, "lookup", r, &err);
+		rinode_free(fs, ri);
+		return;
+	}
+	reply_rentry(req, fs, ri, NULL);
+}
+
+static void r_getattr(fuse_req_t req, struct rinode *ri)
+{
+	struct dmarfs *fs = FS(req);
+	struct dmar_error err = { 0 };
+	struct stat st;
+	pthread_rwlock_wrlock(&ri->lock);
+	int r = ri->loaded && (ri->opens || ri->dirty) ? 0 : refresh(ri, false, &err);
+	stat_of(fs, ri, &st);
+	pthread_rwlock_unlock(&ri->lock);
+	if (r < 0)
+		reply_error(req, ri, "stat", r, &err);
+	else
+		fuse_reply_attr(req, &st, RATTR_TIMEOUT);
+}
+
+static void r_setattr(fuse_req_t req, struct rinode *ri, struct stat *attr, int to_set)
+{
+	struct dmarfs *fs = FS(req);
+	struct dmar_error err = { 0 };
+	int r = 0;
+	pthread_rwlock_wrlock(&ri->lock);
+	bool was_open = ri->opens > 0;
+	if (!S_ISREG(ri->st.st_mode) && ri->st_at) {
+		r = -EPERM; /* directories' attributes belong to the peer */
+		goto out;
+	}
+	if ((r = ensure_loaded(fs, ri, &err)) < 0)
+		goto out;
+	struct timespec t = fs_now();
+	if (to_set & FUSE_SET_ATTR_SIZE) {
+		if ((r = dmar_file_truncate(&ri->f, &fs->cfg.ctx, (uint64_t)attr->st_size)) < 0)
+			goto out;
+		ri->st.st_mtim = t;
+	}
+	if (to_set & FUSE_SET_ATTR_MODE)
+		ri->st.st_mode = (ri->st.st_mode & S_IFMT) | (attr->st_mode & 07777);
+	if (to_set & FUSE_SET_ATTR_MTIME)
+		ri->st.st_mtim = (to_set & FUSE_SET_ATTR_MTIME_NOW) ? t : attr->st_mtim;
+	if (to_set & FUSE_SET_ATTR_ATIME)
+		ri->st.st_atim = (to_set & FUSE_SET_ATTR_ATIME_NOW) ? t : attr->st_atim;
+	/* uid/gid are not part of a recipe: the peer's files belong to it. */
+	ri->dirty |= (to_set & (FUSE_SET_ATTR_SIZE | FUSE_SET_ATTR_MODE | FUSE_SET_ATTR_MTIME)) != 0;
+	/* Without an open file there is no close to ship at: ship now. */
+	if (!was_open && (r = ship(fs, ri)) < 0) {
+		pthread_rwlock_unlock(&ri->lock);
+		fuse_reply_err(req, -r);
+		return;
+	}
+out:;
+	struct stat st;
+	stat_of(fs, ri, &st);
+	pthread_rwlock_unlock(&ri->lock);
+	if (r < 0)
+		reply_error(req, ri, "setattr", r, &err);
+	else
+		fuse_reply_attr(req, &st, RATTR_TIMEOUT);
+}
+
+static void r_mkdir(fuse_req_t req, struct rinode *d, const char *name, mode_t mode)
+{
+	struct dmarfs *fs = FS(req);
+	struct dmar_error err = { 0 };
+	char *path = join(d->path, name);
+	if (!path) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	int r = dmar_client_mkdir(d->cl, path, mode & 07777 & ~fuse_req_ctx(req)->umask, &err);
+	struct rinode *ri = r < 0 ? NULL : rinode_new(fs->remote, d->cl, d->peer, path);
+	free(path);
+	if (r < 0) {
+		reply_error(req, d, "mkdir", r, &err);
+		return;
+	}
+	if (!ri) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	pthread_rwlock_wrlock(&ri->lock);
+	r = refresh(ri, true, &err);
+	pthread_rwlock_unlock(&ri->lock);
+	if (r < 0) {
+		reply_error(req, ri, "mkdir", r, &err);
+		rinode_free(fs, ri);
+		return;
+	}
+	reply_rentry(req, fs, ri, NULL);
+}
+
+static void r_remove(fuse_req_t req, struct rinode *d, const char *name, bool dir)
+{
+	struct dmar_error err = { 0 };
+	char *path = join(d->path, name);
+	if (!path) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	json_t *o = NULL;
+	int r = dmar_client_stat(d->cl, path, &o, &err);
+	if (!r) {
+		const char *type = json_string_value(json_object_get(o, "type"));
+		bool isdir = type && !strcmp(type, "dir");
+		if (dir && !isdir)
+			r = -ENOTDIR;
+		else if (!dir && isdir)
+			r = -EISDIR;
+		else
+			r = dmar_client_remove(d->cl, path, &err);
+	}
+	json_decref(o);
+	free(path);
+	if (r < 0 && r != -ENOTDIR && r != -EISDIR)
+		reply_error(req, d, dir ? "rmdir" : "unlink", r, &err);
+	else
+		fuse_reply_err(req, -r);
+}
+
+static void r_create(fuse_req_t req, struct rinode *d, const char *name, mode_t mode, struct fuse_file_info *fi)
+{
+	struct dmarfs *fs = FS(req);
+	struct dmar_error err = { 0 };
+	char *path = join(d->path, name);
+	struct rinode *ri = path ? rinode_new(fs->remote, d->cl, d->peer, path) : NULL;
+	free(path);
+	if (!ri) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	pthread_rwlock_wrlock(&ri->lock);
+	int r = 0;
+	if (fi->flags & O_EXCL) {
+		r = refresh(ri, true, &err);
+		r = r == 0 ? -EEXIST : r == -ENOENT ? 0 : r;
+	}
+	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+	ri->st = (struct stat){ .st_ino = ri->st_ino, .st_mode = S_IFREG | (mode & 07777), .st_nlink = 1,
+				.st_uid = ctx->uid, .st_gid = ctx->gid, .st_blksize = 4096 };
+	ri->st.st_atim = ri->st.st_mtim = ri->st.st_ctim = fs_now();
+	ri->st_at = mono();
+	/* A new file is shipped at its first close even if empty. */
+	ri->loaded = ri->dirty = true;
+	ri->opens = 1;
+	pthread_rwlock_unlock(&ri->lock);
+	if (r < 0) {
+		reply_error(req, ri, "create", r, &err);
+		rinode_free(fs, ri);
+		return;
+	}
+	fi->keep_cache = 0;
+	reply_rentry(req, fs, ri, fi);
+}
+
+static void r_open(fuse_req_t req, struct rinode *ri, struct fuse_file_info *fi)
+{
+	struct dmarfs *fs = FS(req);
+	struct dmar_error err = { 0 };
+	int r = 0;
+	pthread_rwlock_wrlock(&ri->lock);
+	if ((fi->flags & O_TRUNC) && (fi->flags & O_ACCMODE) != O_RDONLY) {
+		if (!ri->st_at && (r = refresh(ri, true, &err)) < 0)
+			goto out;
+		if (S_ISDIR(ri->st.st_mode)) {
+			r = -EISDIR;
+			goto out;
+		}
+		dmar_file_clear(&ri->f, &fs->cfg.ctx);
+		ri->loaded = ri->dirty = true;
+		ri->st.st_mtim = fs_now();
+	} else {
+		r = ensure_loaded(fs, ri, &err);
+	}
+out:
+	if (!r)
+		ri->opens++;
+	pthread_rwlock_unlock(&ri->lock);
+	if (r < 0) {
+		reply_error(req, ri, "open", r, &err);
+		return;
+	}
+	/* The peer's file can change under us: no page cache across opens. */
+	fi->keep_cache = 0;
+	if (fuse_reply_open(req, fi) != 0) {
+		pthread_rwlock_wrlock(&ri->lock);
+		ri->opens--;
+		pthread_rwlock_unlock(&ri->lock);
+	}
+}
+
+static void r_read(fuse_req_t req, struct rinode *ri, size_t size, off_t off)
+{
+	struct dmarfs *fs = FS(req);
+	enum { MAX_IOV = 64 };
+	struct iovec iov[MAX_IOV];
+	uint8_t *scratch = fs_read_scratch(size);
+	if (!scratch) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	size_t got = 0;
+	pthread_rwlock_rdlock(&ri->lock);
+	int n = ri->loaded ? dmar_file_read_iov(&ri->f, &fs->cfg.ctx, (uint64_t)off, size, iov, MAX_IOV, scratch, &got)
+			   : -EIO;
+	if (n < 0)
+		fuse_reply_err(req, -n);
+	else
+		fuse_reply_iov(req, iov, n);
+	pthread_rwlock_unlock(&ri->lock);
+}
+
+static void r_write(fuse_req_t req, struct rinode *ri, struct fuse_bufvec *bufv, off_t off, struct fuse_file_info *fi)
+{
+	struct dmarfs *fs = FS(req);
+	size_t size = fuse_buf_size(bufv);
+	pthread_rwlock_wrlock(&ri->lock);
+	uint64_t at = (fi->flags & O_APPEND) ? ri->f.size : (uint64_t)off;
+	int r = ri->loaded ? dmar_file_write_with(&ri->f, &fs->cfg.ctx, at, size, fs_copy_bufvec, bufv) : -EIO;
+	if (!r) {
+		ri->dirty = true;
+		ri->st.st_mtim = fs_now();
+	}
+	pthread_rwlock_unlock(&ri->lock);
+	if (r < 0)
+		fuse_reply_err(req, -r);
+	else
+		fuse_reply_write(req, size);
+}
+
+static void r_flush(fuse_req_t req, struct rinode *ri)
+{
+	struct dmarfs *fs = FS(req);
+	pthread_rwlock_wrlock(&ri->lock);
+	int r = S_ISREG(ri->st.st_mode) ? ship(fs, ri) : 0;
+	pthread_rwlock_unlock(&ri->lock);
+	fuse_reply_err(req, -r);
+}
+
+static void r_release(fuse_req_t req, struct rinode *ri)
+{
+	struct dmarfs *fs = FS(req);
+	pthread_rwlock_wrlock(&ri->lock);
+	if (ri->opens)
+		ri->opens--;
+	if (!ri->opens && ri->dirty) {
+		/* Its ship failed (close said so): the changes cannot go
+		 * anywhere now. */
+		dmar_file_clear(&ri->f, &fs->cfg.ctx);
+		ri->loaded = ri->dirty = false;
+		ri->st_at = 0;
+	}
+	pthread_rwlock_unlock(&ri->lock);
+	fuse_reply_err(req, 0);
+}
+
+static void r_opendir(fuse_req_t req, struct rinode *ri, struct fuse_file_info *fi)
+{
+	struct dmarfs *fs = FS(req);
+	struct dmar_error err = { 0 };
+	json_t *o = NULL;
+	int r = dmar_client_stat(ri->cl, ri->path, &o, &err);
+	if (r < 0) {
+		reply_error(req, ri, "opendir", r, &err);
+		return;
+	}
+	json_t *ents = json_object_get(o, "entries");
+	if (!json_is_array(ents)) {
+		json_decref(o);
+		fuse_reply_err(req, ENOTDIR);
+		return;
+	}
+	struct rlisting *l = calloc(1, sizeof(*l));
+	size_t n = json_array_size(ents);
+	if (l && n && !(l->e = calloc(n, sizeof(*l->e)))) {
+		free(l);
+		l = NULL;
+	}
+	for (size_t k = 0; l && k < n; k++) {
+		json_t *e = json_array_get(ents, k);
+		const char *name = json_string_value(json_object_get(e, "name"));
+		const char *type = json_string_value(json_object_get(e, "type"));
+		if (!name || !(l->e[l->n].name = strdup(name)))
+			continue;
+		l->e[l->n].mode = !type ? S_IFREG : !strcmp(type, "dir") ? S_IFDIR : !strcmp(type, "symlink") ? S_IFLNK
+													       : S_IFREG;
+		l->e[l->n].ino = RINO_BASE + __atomic_add_fetch(&fs->remote->next_ino, 1, __ATOMIC_RELAXED);
+		l->n++;
+	}
+	json_decref(o);
+	if (!l) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	fi->fh = (uint64_t)(uintptr_t)l;
+	fuse_reply_open(req, fi);
+}
+
+static void free_listing(struct rlisting *l)
+{
+	for (size_t k = 0; l && k < l->n; k++)
+		free(l->e[k].name);
+	if (l)
+		free(l->e);
+	free(l);
+}
+
+static void r_readdir(fuse_req_t req, struct rinode *ri, size_t size, off_t off, struct fuse_file_info *fi)
+{
+	struct rlisting *l = (struct rlisting *)(uintptr_t)fi->fh;
+	char *buf = malloc(size);
+	if (!buf) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	size_t used = 0;
+	/* Offsets: 1 ".", 2 "..", k + 3 the k-th entry of the listing. */
+	for (uint64_t k = (uint64_t)off; k < l->n + 2; k++) {
+		struct stat st = { 0 };
+		const char *name = k == 0 ? "." : k == 1 ? ".." : l->e[k - 2].name;
+		st.st_ino = k < 2 ? ri->st_ino : l->e[k - 2].ino;
+		st.st_mode = k < 2 ? S_IFDIR : l->e[k - 2].mode;
+		size_t need = fuse_add_direntry(req, buf + used, size - used, name, &st, (off_t)k + 1);
+		if (need > size - used)
+			break;
+		used += need;
+	}
+	fuse_reply_buf(req, buf, used);
+	free(buf);
+}
+
+static void r_statfs(fuse_req_t req, struct rinode *ri)
+{
+	struct dmar_error err = { 0 };
+	json_t *o = NULL;
+	int r = dmar_client_info(ri->cl, &o, &err);
+	if (r < 0) {
+		reply_error(req, ri, "statfs", r, &err);
+		return;
+	}
+	json_t *a = json_object_get(o, "arena");
+	uint64_t size = (uint64_t)json_integer_value(json_object_get(a, "size"));
+	uint64_t used = (uint64_t)json_integer_value(json_object_get(a, "used"));
+	json_decref(o);
+	struct statvfs sv = { .f_bsize = 4096, .f_frsize = 4096, .f_namemax = 255 };
+	sv.f_blocks = size / 4096;
+	sv.f_bfree = sv.f_bavail = (size - (used < size ? used : size)) / 4096;
+	fuse_reply_statfs(req, &sv);
+}
+
+static void r_readlink(fuse_req_t req, struct rinode *ri)
+{
+	pthread_rwlock_rdlock(&ri->lock);
+	char *t = ri->target ? strdup(ri->target) : NULL;
+	pthread_rwlock_unlock(&ri->lock);
+	if (!t) {
+		fuse_reply_err(req, EINVAL);
+		return;
+	}
+	fuse_reply_readlink(req, t);
+	free(t);
+}
+
+static void r_fallocate(fuse_req_t req, struct rinode *ri, int mode, off_t off, off_t len)
+{
+	struct dmarfs *fs = FS(req);
+	int r;
+	pthread_rwlock_wrlock(&ri->lock);
+	if (!ri->loaded)
+		r = -EIO;
+	else if (mode == 0 || mode == FALLOC_FL_KEEP_SIZE)
+		r = dmar_file_allocate(&ri->f, &fs->cfg.ctx, (uint64_t)off, (uint64_t)len, mode != 0);
+	else if (mode == (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE))
+		r = dmar_file_punch(&ri->f, &fs->cfg.ctx, (uint64_t)off, (uint64_t)len);
+	else
+		r = -EOPNOTSUPP;
+	if (!r)
+		ri->dirty = true;
+	pthread_rwlock_unlock(&ri->lock);
+	fuse_reply_err(req, -r);
+}
+
+static void r_lseek(fuse_req_t req, struct rinode *ri, off_t off, int whence)
+{
+	if (whence != SEEK_DATA && whence != SEEK_HOLE) {
+		fuse_reply_err(req, EINVAL);
+		return;
+	}
+	uint64_t out;
+	pthread_rwlock_rdlock(&ri->lock);
+	int r = !ri->loaded ? -EIO : off < 0 ? -ENXIO : dmar_file_seek(&ri->f, (uint64_t)off, whence == SEEK_DATA, &out);
+	pthread_rwlock_unlock(&ri->lock);
+	if (r)
+		fuse_reply_err(req, -r);
+	else
+		fuse_reply_lseek(req, (off_t)out);
+}
+
+/* ---- the wrapper ---------------------------------------------------------- */
+
+/* A root entry "@NAME" naming a peer (or this node). */
+static struct rinode *peer_root(struct dmarfs *fs, const char *name)
+{
+	struct dmarfs_remote *rm = fs->remote;
+	if (!rm || rm->view || name[0] != '@')
+		return NULL;
+	struct dmarfs_node *n = rm->node;
+	for (size_t k = 0; k < dmarfs_node_peer_count(n); k++) {
+		const char *pn = dmarfs_node_peer_name(n, k);
+		if (strcmp(pn, name + 1))
+			continue;
+		pthread_mutex_lock(&rm->lock);
+		if (!rm->roots[k] && (rm->roots[k] = rinode_new(rm, dmarfs_node_peer(n, pn), pn, ""))) {
+			rm->roots[k]->keep = true;
+			rm->roots[k]->st = (struct stat){ .st_ino = rm->roots[k]->st_ino, .st_mode = S_IFDIR | 0755,
+							  .st_nlink = 2 };
+		}
+		struct rinode *ri = rm->roots[k];
+		pthread_mutex_unlock(&rm->lock);
+		return ri;
+	}
+	return NULL;
+}
+
+void dmarfs_remote_root_entries(struct dmarfs *fs, fuse_req_t req, char *buf, size_t size, size_t *used,
+				uint64_t off)
+{
+	struct dmarfs_node *n = fs->remote->node;
+	for (size_t k = 0; k < dmarfs_node_peer_count(n); k++) {
+		uint64_t cookie = FS_PEER_COOKIE + k + 1;
+		if (cookie <= off)
+			continue;
+		char name[80];
+		snprintf(name, sizeof(name), "@%s", dmarfs_node_peer_name(n, k));
+		struct stat st = { .st_ino = RINO_BASE - 1 - k, .st_mode = S_IFDIR };
+		size_t need = fuse_add_direntry(req, buf + *used, size - *used, name, &st, (off_t)cookie);
+		if (need > size - *used)
+			return;
+		*used += need;
+	}
+}
+
+static bool root_peer_name(struct dmarfs *fs, fuse_ino_t parent, const char *name)
+{
+	return parent == FUSE_ROOT_ID && peer_root(fs, name) != NULL;
+}
+
+static void w_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	struct dmarfs *fs = FS(req);
+	if (is_remote(fs, parent))
+		return r_lookup(req, RI(fs, parent), name);
+	struct rinode *pr = parent == FUSE_ROOT_ID ? peer_root(fs, name) : NULL;
+	if (pr) {
+		pthread_rwlock_wrlock(&pr->lock);
+		pr->st_at = mono();
+		pthread_rwlock_unlock(&pr->lock);
+		return reply_rentry(req, fs, pr, NULL);
+	}
+	L()->lookup(req, parent, name);
+}
+
+static void w_forget(fuse_req_t req, fuse_ino_t ino, uint64_t n)
+{
+	struct dmarfs *fs = FS(req);
+	if (!is_remote(fs, ino))
+		return L()->forget(req, ino, n);
+	forget_remote(fs, RI(fs, ino), n);
+	fuse_reply_none(req);
+}
+
+static void w_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_data *f)
+{
+	struct dmarfs *fs = FS(req);
+	/* Local ones in one batch under the namespace lock, remote ones here. */
+	pthread_mutex_lock(&fs->ns);
+	for (size_t k = 0; k < count; k++)
+		if (!is_remote(fs, f[k].ino))
+			fs_forget_one(fs, LI(fs, f[k].ino), f[k].nlookup);
+	pthread_mutex_unlock(&fs->ns);
+	for (size_t k = 0; k < count; k++)
+		if (is_remote(fs, f[k].ino))
+			forget_remote(fs, RI(fs, f[k].ino), f[k].nlookup);
+	fuse_reply_none(req);
+}
+
+#define DISPATCH(ino, remote_call, local_call)                                                                 \
+	do {                                                                                                   \
+		struct dmarfs *fs_ = FS(req);                                                                  \
+		if (is_remote(fs_, ino)) {                                                                     \
+			struct rinode *ri = RI(fs_, ino);                                                      \
+			remote_call;                                                                           \
+		} else {                                                                                       \
+			local_call;                                                                            \
+		}                                                                                              \
+	} while (0)
+
+static void w_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	DISPATCH(ino, r_getattr(req, ri), L()->getattr(req, ino, fi));
+}
+
+static void w_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set, struct fuse_file_info *fi)
+{
+	DISPATCH(ino, r_setattr(req, ri, attr, to_set), L()->setattr(req, ino, attr, to_set, fi));
+}
+
+static void w_readlink(fuse_req_t req, fuse_ino_t ino)
+{
+	DISPATCH(ino, r_readlink(req, ri), L()->readlink(req, ino));
+}
+
+static void w_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev)
+{
+	if (root_peer_name(FS(req), parent, name))
+		return (void)fuse_reply_err(req, EEXIST);
+	DISPATCH(parent, ((void)ri, fuse_reply_err(req, EPERM)), L()->mknod(req, parent, name, mode, rdev));
+}
+
+static void w_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
+{
+	if (root_peer_name(FS(req), parent, name))
+		return (void)fuse_reply_err(req, EEXIST);
+	DISPATCH(parent, r_mkdir(req, ri, name, mode), L()->mkdir(req, parent, name, mode));
+}
+
+static void w_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	if (root_peer_name(FS(req), parent, name))
+		return (void)fuse_reply_err(req, EBUSY);
+	DISPATCH(parent, r_remove(req, ri, name, false), L()->unlink(req, parent, name));
+}
+
+static void w_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	if (root_peer_name(FS(req), parent, name))
+		return (void)fuse_reply_err(req, EBUSY);
+	DISPATCH(parent, r_remove(req, ri, name, true), L()->rmdir(req, parent, name));
+}
+
+static void w_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name)
+{
+	if (root_peer_name(FS(req), parent, name))
+		return (void)fuse_reply_err(req, EEXIST);
+	/* The API has no symlinks to create. */
+	DISPATCH(parent, ((void)ri, fuse_reply_err(req, EPERM)), L()->symlink(req, link, parent, name));
+}
+
+static void w_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent, const char *newname,
+		     unsigned int flags)
+{
+	struct dmarfs *fs = FS(req);
+	if (root_peer_name(fs, parent, name) || root_peer_name(fs, newparent, newname))
+		return (void)fuse_reply_err(req, EBUSY);
+	/* EXDEV: mv copies and removes instead, which ships. */
+	if (is_remote(fs, parent) || is_remote(fs, newparent))
+		return (void)fuse_reply_err(req, EXDEV);
+	L()->rename(req, parent, name, newparent, newname, flags);
+}
+
+static void w_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char *newname)
+{
+	struct dmarfs *fs = FS(req);
+	if (root_peer_name(fs, newparent, newname))
+		return (void)fuse_reply_err(req, EEXIST);
+	if (is_remote(fs, ino) || is_remote(fs, newparent))
+		return (void)fuse_reply_err(req, EXDEV);
+	L()->link(req, ino, newparent, newname);
+}
+
+static void w_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	DISPATCH(ino, r_open(req, ri, fi), L()->open(req, ino, fi));
+}
+
+static void w_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
+{
+	DISPATCH(ino, r_read(req, ri, size, off), L()->read(req, ino, size, off, fi));
+}
+
+static void w_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *bufv, off_t off, struct fuse_file_info *fi)
+{
+	DISPATCH(ino, r_write(req, ri, bufv, off, fi), L()->write_buf(req, ino, bufv, off, fi));
+}
+
+static void w_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	DISPATCH(ino, r_flush(req, ri), L()->flush(req, ino, fi));
+}
+
+static void w_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	DISPATCH(ino, r_release(req, ri), L()->release(req, ino, fi));
+}
+
+static void w_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
+{
+	DISPATCH(ino, r_flush(req, ri), L()->fsync(req, ino, datasync, fi));
+}
+
+static void w_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	DISPATCH(ino, r_opendir(req, ri, fi), L()->opendir(req, ino, fi));
+}
+
+static void w_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
+{
+	DISPATCH(ino, r_readdir(req, ri, size, off, fi), L()->readdir(req, ino, size, off, fi));
+}
+
+static void w_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	if (is_remote(FS(req), ino))
+		free_listing((struct rlisting *)(uintptr_t)fi->fh);
+	fuse_reply_err(req, 0);
+}
+
+static void w_statfs(fuse_req_t req, fuse_ino_t ino)
+{
+	DISPATCH(ino, r_statfs(req, ri), L()->statfs(req, ino));
+}
+
+static void w_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value, size_t size, int flags)
+{
+	DISPATCH(ino, ((void)ri, fuse_reply_err(req, ENOTSUP)), L()->setxattr(req, ino, name, value, size, flags));
+}
+
+static void w_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
+{
+	DISPATCH(ino, ((void)ri, fuse_reply_err(req, ENOTSUP)), L()->getxattr(req, ino, name, size));
+}
+
+static void w_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
+{
+	DISPATCH(ino, ((void)ri, size ? fuse_reply_buf(req, NULL, 0) : fuse_reply_xattr(req, 0)),
+		 L()->listxattr(req, ino, size));
+}
+
+static void w_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
+{
+	DISPATCH(ino, ((void)ri, fuse_reply_err(req, ENOTSUP)), L()->removexattr(req, ino, name));
+}
+
+static void w_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, struct fuse_file_info *fi)
+{
+	if (root_peer_name(FS(req), parent, name))
+		return (void)fuse_reply_err(req, EEXIST);
+	DISPATCH(parent, r_create(req, ri, name, mode, fi), L()->create(req, parent, name, mode, fi));
+}
+
+static void w_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, off_t len, struct fuse_file_info *fi)
+{
+	DISPATCH(ino, r_fallocate(req, ri, mode, off, len), L()->fallocate(req, ino, mode, off, len, fi));
+}
+
+static void w_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence, struct fuse_file_info *fi)
+{
+	DISPATCH(ino, r_lseek(req, ri, off, whence), L()->lseek(req, ino, off, whence, fi));
+}
+
+/*
+ * copy_file_range between a local and a remote file (or two remote ones)
+ * shares chunks: from a local file into @PEER/ no file bytes are copied,
+ * and the ship at close sends only the chunks the peer lacks.
+ */
+static void w_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in, struct fuse_file_info *fi_in,
+			      fuse_ino_t ino_out, off_t off_out, struct fuse_file_info *fi_out, size_t len, int flags)
+{
+	struct dmarfs *fs = FS(req);
+	bool rin = is_remote(fs, ino_in), rout = is_remote(fs, ino_out);
+	if (!rin && !rout)
+		return L()->copy_file_range(req, ino_in, off_in, fi_in, ino_out, off_out, fi_out, len, flags);
+	if (flags)
+		return (void)fuse_reply_err(req, EINVAL);
+	struct rinode *a = rin ? RI(fs, ino_in) : NULL, *b = rout ? RI(fs, ino_out) : NULL;
+	if (a && a == b)
+		return (void)fuse_reply_err(req, EINVAL); /* within one remote file: let cp copy */
+	/* Remote inodes first (in address order), then the local one. */
+	struct rinode *r1 = a && b ? (a < b ? a : b) : a ? a : b, *r2 = a && b ? (a < b ? b : a) : NULL;
+	pthread_rwlock_wrlock(&r1->lock);
+	if (r2)
+		pthread_rwlock_wrlock(&r2->lock);
+	struct inode *li = !rin ? LI(fs, ino_in) : !rout ? LI(fs, ino_out) : NULL;
+	if (li)
+		pthread_rwlock_wrlock(&li->lock);
+	struct dmar_file *src = a ? &a->f : &li->f, *dst = b ? &b->f : &li->f;
+	ssize_t n;
+	if ((a && !a->loaded) || (b && !b->loaded))
+		n = -EIO;
+	else
+		n = dmar_file_share(dst, src, &fs->cfg.ctx, (uint64_t)off_out, (uint64_t)off_in, len);
+	if (n > 0 && b) {
+		b->dirty = true;
+		b->st.st_mtim = fs_now();
+	} else if (n > 0) {
+		li->mtime = li->ctime = fs_now();
+	}
+	if (li)
+		pthread_rwlock_unlock(&li->lock);
+	if (r2)
+		pthread_rwlock_unlock(&r2->lock);
+	pthread_rwlock_unlock(&r1->lock);
+	if (n < 0)
+		fuse_reply_err(req, (int)-n);
+	else
+		fuse_reply_write(req, (size_t)n);
+}
+
+static void w_init(void *userdata, struct fuse_conn_info *conn)
+{
+	L()->init(userdata, conn);
+}
+
+static void w_destroy(void *userdata)
+{
+	L()->destroy(userdata);
+}
+
+static const struct fuse_lowlevel_ops wrapped = {
+	.init = w_init,
+	.destroy = w_destroy,
+	.lookup = w_lookup,
+	.forget = w_forget,
+	.forget_multi = w_forget_multi,
+	.getattr = w_getattr,
+	.setattr = w_setattr,
+	.readlink = w_readlink,
+	.mknod = w_mknod,
+	.mkdir = w_mkdir,
+	.unlink = w_unlink,
+	.rmdir = w_rmdir,
+	.symlink = w_symlink,
+	.rename = w_rename,
+	.link = w_link,
+	.open = w_open,
+	.read = w_read,
+	.write_buf = w_write_buf,
+	.flush = w_flush,
+	.release = w_release,
+	.fsync = w_fsync,
+	.opendir = w_opendir,
+	.readdir = w_readdir,
+	.releasedir = w_releasedir,
+	.statfs = w_statfs,
+	.setxattr = w_setxattr,
+	.getxattr = w_getxattr,
+	.listxattr = w_listxattr,
+	.removexattr = w_removexattr,
+	.create = w_create,
+	.fallocate = w_fallocate,
+	.copy_file_range = w_copy_file_range,
+	.lseek = w_lseek,
+};
+
+const struct fuse_lowlevel_ops *dmarfs_ops(void)
+{
+	return &wrapped;
+}
+
+int dmarfs_remote_new(struct dmarfs *fs, struct dmarfs_node *node, const char *view, struct dmar_error *err)
+{
+	struct dmarfs_remote *rm = calloc(1, sizeof(*rm));
+	if (!rm)
+		return -ENOMEM;
+	rm->fs = fs;
+	rm->node = node;
+	pthread_mutex_init(&rm->lock, NULL);
+	size_t np = dmarfs_node_peer_count(node);
+	if (np && !(rm->roots = calloc(np, sizeof(*rm->roots)))) {
+		free(rm);
+		return -ENOMEM;
+	}
+	if (view) {
+		struct dmar_client *cl = dmarfs_node_peer(node, view);
+		if (!cl) {
+			free(rm->roots);
+			free(rm);
+			return dmar_error_set(err, -EINVAL, "view=%s: no such peer in the peers file", view);
+		}
+		for (size_t k = 0; k < np; k++)
+			if (!strcmp(dmarfs_node_peer_name(node, k), view))
+				view = dmarfs_node_peer_name(node, k); /* the node's copy outlives ours */
+		if (!(rm->view = rinode_new(rm, cl, view, ""))) {
+			free(rm->roots);
+			free(rm);
+			return -ENOMEM;
+		}
+		rm->view->keep = true;
+		rm->view->st = (struct stat){ .st_ino = 1, .st_mode = S_IFDIR | 0755, .st_nlink = 2 };
+	}
+	fs->remote = rm;
+	return 0;
+}
+
+void dmarfs_remote_free(struct dmarfs *fs)
+{
+	struct dmarfs_remote *rm = fs->remote;
+	if (!rm)
+		return;
+	while (rm->all) {
+		struct rinode *ri = rm->all;
+		rm->all = ri->next;
+		rinode_destroy(fs, ri);
+	}
+	free(rm->roots);
+	pthread_mutex_destroy(&rm->lock);
+	free(rm);
+	fs->remote = NULL;
+}
