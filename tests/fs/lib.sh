@@ -78,8 +78,10 @@ need() {
 MOUNTS=""      # "PID:DIR" of each mount this test started
 N_MOUNTS=0
 
-# fs_setup: check the prerequisites of a real mount and make $T.
-fs_setup() {
+# fs_need_mount: check the prerequisites of a real mount (the dmarfs
+# binary, a usable /dev/fuse, the right to mount, the tools); skips or
+# fails as fs_setup does.  tests/net/lib.sh calls it before a node starts.
+fs_need_mount() {
 	[ -x "$DMARFS" ] || fail "dmarfs binary not found or not executable: $DMARFS (build it first)"
 	[ -e /dev/fuse ] || skip "/dev/fuse is missing (no fuse module, or a container without the device)"
 	[ -c /dev/fuse ] || skip "/dev/fuse is not a character device"
@@ -95,6 +97,11 @@ fs_setup() {
 	fi
 	need mountpoint
 	need openssl
+}
+
+# fs_setup: check the prerequisites of a real mount and make $T.
+fs_setup() {
+	fs_need_mount
 	T=$(mktemp -d "${TMPDIR:-/tmp}/dmarfs-$TEST_NAME.XXXXXX")
 	trap cleanup EXIT
 	trap 'exit 130' INT
