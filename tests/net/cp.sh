@@ -1,0 +1,145 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+#
+# Two nodes in their own network namespaces, joined by veth: a plain `cp`
+# into MOUNTPOINT/@b/ ships a file and b reconstructs it; only the chunks b
+# lacks cross the wire (veth byte counters); ls/stat/cat/rm/mkdir work
+# under @b/; a view= mount ships the same way.
+. "$(dirname "$0")/lib.sh"
+
+net_setup
+net_ns a
+net_ns b
+net_peers_file
+net_token_file
+net_node_start a "" size=1g
+A=$NODE_MNT
+net_node_start b "" size=1g
+B=$NODE_MNT
+S=$T/src
+mkdir -p "$S"
+
+# wire BEFORE: bytes that crossed a's veth since BEFORE was taken.
+wire_since() { echo $(( $(net_bytes a) - $1 )); }
+
+check "the root lists @a (itself) and @b"
+ls -a "$A" >"$T/ls" || fail "ls $A"
+grep -qx '@a' "$T/ls" || fail "no @a in the root of a: $(tr '\n' ' ' <"$T/ls")"
+grep -qx '@b' "$T/ls" || fail "no @b in the root of a: $(tr '\n' ' ' <"$T/ls")"
+[ -d "$A/@b" ] || fail "$A/@b is not a directory"
+
+check "cp from another filesystem into @b/ ships it; b has the same bytes"
+mkprng "$S/w1.bin" $((64 * MiB)) 1
+d1=$(digest "$S/w1.bin")
+w0=$(net_bytes a)
+cp "$S/w1.bin" "$A/@b/" || fail "cp into @b/ failed"
+sent=$(wire_since "$w0")
+[ -f "$B/w1.bin" ] || fail "w1.bin not at b after cp"
+[ "$(digest "$B/w1.bin")" = "$d1" ] || fail "b's w1.bin differs from the source"
+[ "$(fsize "$A/@b/w1.bin")" = $((64 * MiB)) ] || fail "stat through @b/ shows $(fsize "$A/@b/w1.bin") bytes"
+# Random data does not compress: the wire carries about the file once.
+[ "$sent" -ge $((64 * MiB)) ] || fail "only $sent bytes crossed for 64 MiB of new random data"
+[ "$sent" -le $((70 * MiB)) ] || fail "$sent bytes crossed for 64 MiB: more than 1.09x the file"
+say "  64 MiB new: $(mib "$sent") on the wire"
+
+check "a second copy under another name sends no chunk (a few KiB of recipe and answers)"
+w0=$(net_bytes a)
+cp "$S/w1.bin" "$A/@b/w1-again.bin" || fail "second cp failed"
+sent=$(wire_since "$w0")
+[ "$(digest "$B/w1-again.bin")" = "$d1" ] || fail "w1-again.bin differs"
+[ "$sent" -lt $((1 * MiB)) ] || fail "$(mib "$sent") crossed for a file b already holds"
+say "  64 MiB already at b: $sent bytes on the wire"
+
+check "cp within the mount (copy_file_range by reference) into @b/ sends only what b lacks"
+mkprng "$S/w2.bin" $((32 * MiB)) 2
+cp "$S/w2.bin" "$A/w2.bin" || fail "cp into a"
+wait_state "$A/w2.bin" encoded
+w0=$(net_bytes a)
+cp "$A/w2.bin" "$A/@b/w2.bin" || fail "cp a/w2.bin a/@b/ failed"
+sent=$(wire_since "$w0")
+[ "$(digest "$B/w2.bin")" = "$(digest "$S/w2.bin")" ] || fail "b's w2.bin differs"
+[ "$sent" -ge $((32 * MiB)) ] && [ "$sent" -le $((36 * MiB)) ] ||
+	fail "$(mib "$sent") crossed for 32 MiB of new data"
+
+check "a new version with 16 scattered 64 KiB regions rewritten sends about those regions"
+cp "$S/w1.bin" "$S/w1v2.bin"
+i=0
+while [ $i -lt 16 ]; do
+	dd if=/dev/urandom of="$S/w1v2.bin" bs=65536 count=1 seek=$((i * 60 + 7)) conv=notrunc status=none
+	i=$((i + 1))
+done
+w0=$(net_bytes a)
+cp "$S/w1v2.bin" "$A/@b/w1v2.bin" || fail "cp v2 failed"
+sent=$(wire_since "$w0")
+[ "$(digest "$B/w1v2.bin")" = "$(digest "$S/w1v2.bin")" ] || fail "b's w1v2.bin differs"
+[ "$sent" -le $((3 * MiB)) ] || fail "$(mib "$sent") crossed for 1 MiB rewritten (limit 3 MiB)"
+say "  1 MiB rewritten in 64 MiB: $(mib "$sent") on the wire"
+
+check "reading @b/FILE gives b's bytes; a second read pulls nothing new"
+mkprng "$S/r.bin" $((16 * MiB)) 3
+cp "$S/r.bin" "$B/r.bin" || fail "cp into b"
+w0=$(net_bytes a)
+[ "$(digest_uncached "$A/@b/r.bin")" = "$(digest "$S/r.bin")" ] || fail "cat of @b/r.bin differs"
+first=$(wire_since "$w0")
+[ "$first" -ge $((16 * MiB)) ] || fail "the first read of 16 MiB moved only $first bytes"
+w0=$(net_bytes a)
+[ "$(digest_uncached "$A/@b/r.bin")" = "$(digest "$S/r.bin")" ] || fail "second read of @b/r.bin differs"
+again=$(wire_since "$w0")
+[ "$again" -lt $((1 * MiB)) ] || fail "the second read moved $(mib "$again"): the pulled chunks were not kept"
+
+check "mkdir, ls, stat, rm and rmdir under @b/"
+mkdir "$A/@b/d1" || fail "mkdir @b/d1"
+[ -d "$B/d1" ] || fail "d1 not made at b"
+cp "$S/r.bin" "$A/@b/d1/" || fail "cp into @b/d1/"
+ls "$A/@b/d1" | grep -qx r.bin || fail "ls @b/d1 does not show r.bin"
+[ "$(stat -c %s "$A/@b/d1/r.bin")" = $((16 * MiB)) ] || fail "stat @b/d1/r.bin"
+if rmdir "$A/@b/d1" 2>"$T/err"; then fail "rmdir of a non-empty @b/d1 succeeded"; fi
+grep -q 'not empty' "$T/err" || fail "rmdir of a non-empty dir: '$(cat "$T/err")'"
+rm "$A/@b/d1/r.bin" || fail "rm @b/d1/r.bin"
+[ ! -e "$B/d1/r.bin" ] || fail "r.bin still at b after rm"
+rmdir "$A/@b/d1" || fail "rmdir @b/d1"
+[ ! -e "$B/d1" ] || fail "d1 still at b after rmdir"
+if cat "$A/@b/nonexistent" 2>"$T/err"; then fail "cat of a missing remote file succeeded"; fi
+grep -q 'No such file' "$T/err" || fail "missing remote file: '$(cat "$T/err")'"
+
+check "a file written with many small writes (not cp) arrives whole at close"
+"$NET_PY" - "$A/@b/small.txt" <<'EOF' || fail "python writer failed"
+import sys
+with open(sys.argv[1], "w") as f:
+    for i in range(5000):
+        f.write("line %d\n" % i)
+EOF
+[ "$(wc -l <"$B/small.txt")" = 5000 ] || fail "b's small.txt has $(wc -l <"$B/small.txt") lines"
+
+check "@a is this node itself: cp into @a/ shares chunks and sends none to b"
+w0=$(net_bytes a)
+cp "$A/w2.bin" "$A/@a/w2-self.bin" || fail "cp into @a/ failed"
+[ "$(digest "$A/w2-self.bin")" = "$(digest "$S/w2.bin")" ] || fail "w2-self.bin differs"
+[ "$(wire_since "$w0")" -lt 65536 ] || fail "cp into @a/ crossed the veth"
+
+check "a second mount on a's host, view=b, shows b's files; cp between the mounts ships"
+V=$T/view-b
+mkdir -p "$V"
+nsenter --net="$(net_ns_path a)" "$DMARFS" bview "$V" -f -o "size=256m,view=b,peers=$NET_PEERS,token=$NET_TOKEN" \
+	>"$T/dmarfs.view.log" 2>&1 &
+VPID=$!
+CLEANUP_PIDS="${CLEANUP_PIDS:-} $VPID"
+CLEANUP_MOUNTS="${CLEANUP_MOUNTS:-} $V"
+n=100
+until is_mounted "$V"; do
+	n=$((n - 1))
+	[ "$n" -gt 0 ] && kill -0 "$VPID" 2>/dev/null || fail "view mount did not come up: $(cat "$T/dmarfs.view.log")"
+	sleep 0.1
+done
+ls "$V" | grep -qx w1.bin || fail "the view does not list b's w1.bin: $(ls "$V" | tr '\n' ' ')"
+w0=$(net_bytes a)
+cp "$A/w2.bin" "$V/w2-view.bin" || fail "cp from mount a into the view failed"
+sent=$(wire_since "$w0")
+[ "$(digest "$B/w2-view.bin")" = "$(digest "$S/w2.bin")" ] || fail "w2-view.bin at b differs"
+[ "$sent" -lt $((1 * MiB)) ] || fail "$(mib "$sent") crossed for a file b holds (via the view)"
+fusermount3 -u "$V" || fail "unmount the view"
+wait_pid_exit "$VPID" 10 || fail "view daemon still running after unmount"
+
+net_node_stop a
+net_node_stop b
+finish
