@@ -888,13 +888,25 @@ static struct rinode *peer_root(struct dmarfs *fs, const char *name)
 		if (strcmp(pn, name + 1))
 			continue;
 		pthread_mutex_lock(&rm->lock);
-		if (!rm->roots[k] && (rm->roots[k] = rinode_new(rm, dmarfs_node_peer(n, pn), pn, ""))) {
-			rm->roots[k]->keep = true;
-			rm->roots[k]->st = (struct stat){ .st_ino = rm->roots[k]->st_ino, .st_mode = S_IFDIR | 0755,
-							  .st_nlink = 2 };
-		}
 		struct rinode *ri = rm->roots[k];
 		pthread_mutex_unlock(&rm->lock);
+		if (ri)
+			return ri;
+		/* Made outside the lock (rinode_new takes it); a racing
+		 * lookup may have made one first: keep that one. */
+		struct rinode *nr = rinode_new(rm, dmarfs_node_peer(n, pn), pn, "");
+		if (!nr)
+			return NULL;
+		nr->keep = true;
+		nr->st = (struct stat){ .st_ino = nr->st_ino, .st_mode = S_IFDIR | 0755, .st_nlink = 2 };
+		nr->st.st_atim = nr->st.st_mtim = nr->st.st_ctim = fs_now();
+		pthread_mutex_lock(&rm->lock);
+		if (!rm->roots[k])
+			rm->roots[k] = nr;
+		ri = rm->roots[k];
+		pthread_mutex_unlock(&rm->lock);
+		if (ri != nr)
+			rinode_free(fs, nr);
 		return ri;
 	}
 	return NULL;
@@ -1265,6 +1277,7 @@ int dmarfs_remote_new(struct dmarfs *fs, struct dmarfs_node *node, const char *v
 		}
 		rm->view->keep = true;
 		rm->view->st = (struct stat){ .st_ino = 1, .st_mode = S_IFDIR | 0755, .st_nlink = 2 };
+		rm->view->st.st_atim = rm->view->st.st_mtim = rm->view->st.st_ctim = fs_now();
 	}
 	fs->remote = rm;
 	return 0;
