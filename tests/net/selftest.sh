@@ -19,8 +19,8 @@
 #     script sets up namespaces, processes (tracked or not) and a mount,
 #     then exits 0, calls fail, runs into a failing command under set -e,
 #     or is killed with SIGTERM;
-#  7. if $DMARFS accepts listen= (nodes exist in this build), start, query,
-#     stop and kill two real nodes; otherwise say so.
+#  7. nodes: if $DMARFS accepts listen= (nodes exist in this build) two real
+#     ones, else two stand-ins (tmpfs + python3): start, query, stop, kill.
 . "$(dirname "$0")/lib.sh"
 
 # ---- the child (part 6) -------------------------------------------------------
@@ -249,18 +249,53 @@ for mode in ok fail error term; do
 	say "  exit $rc; $n processes, $(grep -c '^ns ' "$st") namespaces, the mount and the temp dir all gone"
 done
 
-# ---- 7. real nodes, where this build has them ----------------------------------------
+# ---- 7. nodes: real ones where this build has them, else a stand-in -------------------
 if [ -x "$DMARFS" ] && "$DMARFS" --help 2>&1 | grep -q 'listen='; then
-	check "two real nodes: start, GET /v1/node with and without the token, stop, kill"
-	net_node_start a "" size=64m
-	net_node_start b "" size=64m
-	net_curl c -o "$T/node.json" "$(net_url a /v1/node)" || fail "GET /v1/node of a from c"
-	grep -q '"name": *"a"' "$T/node.json" || fail "a's /v1/node: $(head -c 300 "$T/node.json")"
-	code=$(net_exec c curl -s --max-time 5 -o /dev/null -w '%{http_code}' "$(net_url b /v1/node)")
-	[ "$code" = 401 ] || fail "GET /v1/node of b without the token: $code, expected 401"
-	net_node_stop a
-	net_node_kill b
+	what="real nodes"
 else
-	note "$DMARFS does not accept listen= (no nodes in this build): the node helpers were not run"
+	note "$DMARFS does not accept listen= (no nodes in this build): the node helpers run against a stand-in"
+	what="stand-in nodes (a tmpfs mount, GET /v1/node from python3)"
+	# It takes dmarfs's arguments, mounts a tmpfs, answers GET /v1/node
+	# (401 without the token), ends with status 0 once unmounted.
+	cat >"$T/fake-dmarfs" <<EOF
+#!$NET_PY
+import http.server, subprocess, sys, threading, time
+name, mnt = sys.argv[1], sys.argv[2]
+opts = dict((o.split("=", 1) + [""])[:2] for o in sys.argv[sys.argv.index("-o") + 1].split(","))
+secret = open(opts["token"]).readline().strip() if "token" in opts else None
+host, port = opts["listen"].rsplit(":", 1)
+subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "fake-" + name, mnt], check=True)
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        ok = secret is None or self.headers.get("Authorization") == "Bearer " + secret
+        body = ('{"name": "%s"}' % name).encode()
+        self.send_response((200 if self.path == "/v1/node" else 404) if ok else 401)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a):
+        pass
+srv = http.server.HTTPServer((host, int(port)), H)
+threading.Thread(target=srv.serve_forever, daemon=True).start()
+print("stand-in dmarfs %s on %s, listening on %s" % (name, mnt, opts["listen"]), flush=True)
+while any(l.split()[4] == mnt for l in open("/proc/self/mountinfo")):
+    time.sleep(0.1)
+EOF
+	chmod +x "$T/fake-dmarfs"
+	DMARFS=$T/fake-dmarfs
+	fs_need_mount() { :; }
 fi
+check "two $what: start, GET /v1/node with and without the token, stop, kill"
+net_node_start a "" size=64m
+net_node_start b "" size=64m
+grep -q "listening on $NET_NET.1:7420" "$T/dmarfs.a.log" || [ "$what" = "real nodes" ] ||
+	fail "node a did not get listen=$NET_NET.1:7420: $(cat "$T/dmarfs.a.log")"
+net_curl c -o "$T/node.json" "$(net_url a /v1/node)" || fail "GET /v1/node of a from c"
+grep -q '"name": *"a"' "$T/node.json" || fail "a's /v1/node: $(head -c 300 "$T/node.json")"
+code=$(net_exec c curl -s --max-time 5 -o /dev/null -w '%{http_code}' "$(net_url b /v1/node)")
+[ "$code" = 401 ] || fail "GET /v1/node of b without the token: $code, expected 401"
+pb=$NODE_PID_b
+net_node_stop a
+net_node_kill b
+! kill -0 "$pb" 2>/dev/null || fail "node b (pid $pb) still there after net_node_kill"
 finish
