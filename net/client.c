@@ -1230,13 +1230,16 @@ static void *push_stream_run(void *arg)
 	while (!atomic_load(&p->e.failed)) {
 		struct dmar_error err = { 0 };
 		int r = batch_fill(s, &err);
+		if (r == 0)
+			break; /* nothing left to take */
 		if (r > 0)
 			r = batch_send(s, &err);
 		batch_release(s);
-		if (r < 0 && r != -ECANCELED)
-			engine_fail(&p->e, r, &err);
-		if (r <= 0)
+		if (r < 0) {
+			if (r != -ECANCELED)
+				engine_fail(&p->e, r, &err);
 			break;
+		}
 	}
 	return NULL;
 }
