@@ -299,6 +299,22 @@ static size_t call_write(char *p, size_t size, size_t nmemb, void *ud)
 	return n;
 }
 
+/*
+ * wire_bytes counts what crossed the wire as HTTP: request and answer
+ * headers and bodies.  The debug callback sees exactly those bytes;
+ * CURLINFO_REQUEST_SIZE does not do: depending on the libcurl version it
+ * includes none, part or all of the request body, so adding the upload
+ * size to it would count bodies twice.
+ */
+static int call_debug(CURL *h, curl_infotype type, char *data, size_t size, void *ud)
+{
+	struct call *k = ud;
+	if (type == CURLINFO_HEADER_OUT || type == CURLINFO_DATA_OUT || type == CURLINFO_HEADER_IN ||
+	    type == CURLINFO_DATA_IN)
+		k->wire += size;
+	return 0;
+}
+
 static int call_header(struct call *k, const char *line)
 {
 	struct curl_slist *l = curl_slist_append(k->hdrs, line);
@@ -393,6 +409,10 @@ static int call_begin(struct call *k, struct dmar_client *c, const char *method,
 		curl_easy_setopt(h, CURLOPT_CAINFO, c->tls_ca);
 	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, call_write);
 	curl_easy_setopt(h, CURLOPT_WRITEDATA, k);
+	/* "verbose" only routes events to call_debug, which counts; nothing is printed */
+	curl_easy_setopt(h, CURLOPT_DEBUGFUNCTION, call_debug);
+	curl_easy_setopt(h, CURLOPT_DEBUGDATA, k);
+	curl_easy_setopt(h, CURLOPT_VERBOSE, 1L);
 	/* No "Expect: 100-continue": it costs a round trip (or curl's 1 s
 	 * wait) before every large body, and bodies here fit the peer's limit
 	 * by construction. */
@@ -438,24 +458,12 @@ static int transport_error(struct call *k, CURLcode rc)
 	}
 }
 
-static void call_count(struct call *k)
-{
-	long req = 0, hdr = 0;
-	curl_off_t up = 0, down = 0;
-	curl_easy_getinfo(k->h, CURLINFO_REQUEST_SIZE, &req);
-	curl_easy_getinfo(k->h, CURLINFO_HEADER_SIZE, &hdr);
-	curl_easy_getinfo(k->h, CURLINFO_SIZE_UPLOAD_T, &up);
-	curl_easy_getinfo(k->h, CURLINFO_SIZE_DOWNLOAD_T, &down);
-	k->wire = (uint64_t)req + (uint64_t)hdr + (uint64_t)up + (uint64_t)down;
-}
-
 /* Run the request.  0 when an HTTP answer arrived (k->status says which),
  * else the transport error or a callback's. */
 static int call_perform(struct call *k)
 {
 	curl_easy_setopt(k->h, CURLOPT_HTTPHEADER, k->hdrs);
 	CURLcode rc = curl_easy_perform(k->h);
-	call_count(k);
 	if (k->cb_err)
 		return k->cb_err;
 	if (rc != CURLE_OK)
