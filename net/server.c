@@ -897,7 +897,8 @@ static bool ws_queue(struct ws_client *cl, enum dmar_ws_opcode op, const void *p
 	}
 	if (cl->out_len + hl + len > cl->out_cap) {
 		/* Slide what is still unsent to the front before growing. */
-		memmove(cl->out, cl->out + cl->out_off, pending);
+		if (pending)
+			memmove(cl->out, cl->out + cl->out_off, pending);
 		cl->out_len = pending;
 		cl->out_off = 0;
 		if (pending + hl + len > cl->out_cap) {

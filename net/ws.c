@@ -233,9 +233,11 @@ int dmar_ws_parser_feed(struct dmar_ws_parser *p, const void *data, size_t len, 
 			size_t take = p->f.len - p->have;
 			if (take > len)
 				take = len;
-			memcpy(p->buf + p->have, d, take);
-			if (p->masked)
-				dmar_ws_mask(p->buf + p->have, take, p->mask, p->have);
+			if (take) { /* an empty payload has no buffer yet */
+				memcpy(p->buf + p->have, d, take);
+				if (p->masked)
+					dmar_ws_mask(p->buf + p->have, take, p->mask, p->have);
+			}
 			p->have += take;
 			d += take;
 			len -= take;
