@@ -1293,7 +1293,8 @@ static int ws_connect(uint16_t port, const char *extra_headers, char *resp, size
 }
 
 struct ws_got {
-	int n;
+	int n, all;
+	char last[64]; /* the start of the last frame */
 	enum dmar_ws_opcode op[8];
 	char text[8][512];
 	size_t len[8];
@@ -1302,6 +1303,8 @@ struct ws_got {
 static int on_ws_got(void *ctx, const struct dmar_ws_frame *f)
 {
 	struct ws_got *g = ctx;
+	g->all++;
+	snprintf(g->last, sizeof(g->last), "%.*s", (int)f->len, (const char *)f->payload);
 	if (g->n < 8) {
 		g->op[g->n] = f->opcode;
 		g->len[g->n] = f->len;
@@ -1418,6 +1421,110 @@ static void test_events_stop(void **state)
 	close(fd);
 }
 
+/* A listener that does not read is dropped once 1 MiB is waiting for it;
+ * the others keep their events. */
+static void test_events_slow(void **state)
+{
+	char head[2048];
+	int slow = ws_connect(dmar_server_port(S), "Sec-WebSocket-Version: 13\r\n", head, sizeof(head));
+	assert_non_null(strstr(head, "HTTP/1.1 101"));
+	int fast = ws_connect(dmar_server_port(S), "Sec-WebSocket-Version: 13\r\n", head, sizeof(head));
+	assert_non_null(strstr(head, "HTTP/1.1 101"));
+	struct ws_got g = { 0 };
+	struct dmar_ws_parser *p;
+	assert_int_equal(dmar_ws_parser_new(&p, 1 << 20, DMAR_WS_MASK_FORBIDDEN, on_ws_got, &g), 0);
+	ws_read_frames(fast, p, &g, 1); /* hello */
+
+	/* 16 MiB of events: more than the socket buffers and the backlog. */
+	char pad[4001];
+	memset(pad, 'x', sizeof(pad) - 1);
+	pad[sizeof(pad) - 1] = '\0';
+	for (int i = 0; i < 4096; i++) {
+		dmar_server_event(S, json_pack("{s:s, s:s}", "type", "transfer.progress", "path", pad));
+		if (i % 64 == 0) { /* the fast one keeps up */
+			uint8_t buf[1 << 16];
+			ssize_t k;
+			while ((k = recv(fast, buf, sizeof(buf), MSG_DONTWAIT)) > 0) {
+				struct dmar_error err = { 0 };
+				assert_int_equal(dmar_ws_parser_feed(p, buf, (size_t)k, &err), 0);
+			}
+		}
+	}
+	/* The slow one: some events, then the end of the stream. */
+	size_t total = 0;
+	uint8_t buf[1 << 16];
+	ssize_t k;
+	while ((k = recv(slow, buf, sizeof(buf), 0)) > 0)
+		total += (size_t)k;
+	assert_true(total < 4096u * 4000u);
+	close(slow);
+	/* The fast one is still served. */
+	dmar_server_event(S, json_pack("{s:s}", "type", "arena"));
+	ws_send(fast, DMAR_WS_CLOSE, "", 0);
+	while ((k = recv(fast, buf, sizeof(buf), 0)) > 0) {
+		struct dmar_error err = { 0 };
+		assert_int_equal(dmar_ws_parser_feed(p, buf, (size_t)k, &err), 0);
+	}
+	/* hello, 4096 events, the last one, and the close answering ours. */
+	assert_int_equal(g.all, 1 + 4096 + 1 + 1);
+	close(fast);
+	dmar_ws_parser_free(p);
+}
+
+/* TLS with a throwaway self-signed certificate (needs the openssl tool). */
+static void test_tls(void **state)
+{
+	char dir[] = "/tmp/dmar-tls.XXXXXX";
+	assert_non_null(mkdtemp(dir));
+	char cmd[1024], cert[64], key[64];
+	snprintf(cert, sizeof(cert), "%s/cert.pem", dir);
+	snprintf(key, sizeof(key), "%s/key.pem", dir);
+	snprintf(cmd, sizeof(cmd),
+		 "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 "
+		 "-subj /CN=localhost -keyout %s -out %s >/dev/null 2>&1",
+		 key, cert);
+	if (system(cmd) != 0) {
+		rmdir(dir);
+		skip(); /* no openssl tool */
+	}
+	struct dmar_server *s;
+	struct dmar_error err = { 0 };
+	const struct dmar_server_opts o = { .listen = "127.0.0.1:0", .tls_cert = cert, .tls_key = key, .token = TOKEN };
+	int r = dmar_server_start(&s, &o, &fake_ops, NULL, &err);
+	if (r < 0)
+		fail_msg("tls server: %s", err.msg);
+	char url[64];
+	snprintf(url, sizeof(url), "https://127.0.0.1:%u", dmar_server_port(s));
+	CURL *c = curl_easy_init();
+	struct bytes body = { 0 };
+	char u[128];
+	snprintf(u, sizeof(u), "%s/v1/node", url);
+	curl_easy_setopt(c, CURLOPT_URL, u);
+	curl_easy_setopt(c, CURLOPT_CAINFO, cert);
+	curl_easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 0L);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+	curl_easy_setopt(c, CURLOPT_WRITEDATA, &body);
+	struct curl_slist *h = curl_slist_append(NULL, "Authorization: Bearer " TOKEN);
+	curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+	assert_int_equal(curl_easy_perform(c), CURLE_OK);
+	long status = 0;
+	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+	assert_int_equal(status, 200);
+	assert_non_null(memmem(body.p, body.len, "\"name\":\"fake\"", 13));
+	curl_slist_free_all(h);
+	curl_easy_cleanup(c);
+	free(body.p);
+	dmar_server_stop(s);
+
+	/* A key that is not one. */
+	err = (struct dmar_error){ 0 };
+	const struct dmar_server_opts bad = { .listen = "127.0.0.1:0", .tls_cert = cert, .tls_key = cert };
+	assert_int_equal(dmar_server_start(&s, &bad, &fake_ops, NULL, &err), -EINVAL);
+	unlink(cert);
+	unlink(key);
+	rmdir(dir);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1441,6 +1548,8 @@ int main(void)
 		cmocka_unit_test_setup(test_listen, each_setup),
 		cmocka_unit_test_setup(test_events, each_setup),
 		cmocka_unit_test_setup(test_events_stop, each_setup),
+		cmocka_unit_test_setup(test_events_slow, each_setup),
+		cmocka_unit_test_setup(test_tls, each_setup),
 	};
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
