@@ -50,6 +50,7 @@ struct rinode {
 	uint64_t nlookup;       /* protected by rm->lock */
 	bool keep;              /* a peer's root or the view: lives until unmount */
 	struct rinode *prev, *next; /* all remote inodes (rm->all), protected by rm->lock */
+	struct rinode *hnext;   /* rm->hash chain, protected by rm->lock */
 	pthread_rwlock_t lock;  /* the rest */
 	struct stat st;         /* last known attributes */
 	double st_at;           /* when (monotonic seconds); 0 = unknown */
@@ -62,6 +63,8 @@ struct rinode {
 	struct dmar_file f;
 };
 
+#define RHASH_BUCKETS 4096
+
 struct dmarfs_remote {
 	struct dmarfs *fs;
 	struct dmarfs_node *node;
@@ -69,6 +72,9 @@ struct dmarfs_remote {
 	struct rinode **roots;  /* per peer, created at first lookup */
 	struct rinode *view;    /* the root of a view=PEER mount */
 	struct rinode *all;     /* every remote inode, freed at unmount */
+	/* The same inodes by (peer, path): a lookup of a path already known
+	 * gives the same inode, with its cached contents. */
+	struct rinode *hash[RHASH_BUCKETS];
 	uint64_t next_ino;      /* atomic */
 };
 
@@ -125,6 +131,14 @@ static const struct fuse_lowlevel_ops *L(void)
 
 /* ---- remote inodes ---------------------------------------------------- */
 
+static size_t rhash(const struct dmar_client *cl, const char *path)
+{
+	uint64_t h = 1469598103934665603ull ^ (uint64_t)(uintptr_t)cl; /* FNV-1a */
+	for (const unsigned char *p = (const unsigned char *)path; *p; p++)
+		h = (h ^ *p) * 1099511628211ull;
+	return (size_t)(h % RHASH_BUCKETS);
+}
+
 static struct rinode *rinode_new(struct dmarfs_remote *rm, struct dmar_client *cl, const char *peer,
 				 const char *path)
 {
@@ -148,9 +162,40 @@ static struct rinode *rinode_new(struct dmarfs_remote *rm, struct dmar_client *c
 	return ri;
 }
 
+/* Make ri findable by rinode_find: only once the peer has said it
+ * exists (or it is being created), so a lookup never finds an inode that
+ * a failed lookup is about to free. */
+static void rinode_hash(struct dmarfs_remote *rm, struct rinode *ri)
+{
+	pthread_mutex_lock(&rm->lock);
+	size_t b = rhash(ri->cl, ri->path);
+	ri->hnext = rm->hash[b];
+	rm->hash[b] = ri;
+	pthread_mutex_unlock(&rm->lock);
+}
+
+/* The known inode of path at cl's peer, with one lookup taken (so a
+ * concurrent forget cannot free it), or NULL. */
+static struct rinode *rinode_find(struct dmarfs_remote *rm, struct dmar_client *cl, const char *path)
+{
+	pthread_mutex_lock(&rm->lock);
+	struct rinode *ri = rm->hash[rhash(cl, path)];
+	while (ri && (ri->cl != cl || strcmp(ri->path, path)))
+		ri = ri->hnext;
+	if (ri)
+		ri->nlookup++;
+	pthread_mutex_unlock(&rm->lock);
+	return ri;
+}
+
 /* rm->lock held. */
 static void rinode_unlist(struct dmarfs_remote *rm, struct rinode *ri)
 {
+	for (struct rinode **p = &rm->hash[rhash(ri->cl, ri->path)]; *p; p = &(*p)->hnext)
+		if (*p == ri) {
+			*p = ri->hnext;
+			break;
+		}
 	if (ri->prev)
 		ri->prev->next = ri->next;
 	else
@@ -461,7 +506,16 @@ static void r_lookup(fuse_req_t req, struct rinode *d, const char *name)
 {
 	struct dmarfs *fs = FS(req);
 	char *path = join(d->path, name);
-	struct rinode *ri = path ? rinode_new(fs->remote, d->cl, d->peer, path) : NULL;
+	if (!path) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	/* Known already (its entry timed out, or it is open): the same
+	 * inode, so what it holds stays cached. */
+	struct rinode *ri = rinode_find(fs->remote, d->cl, path);
+	bool found = ri != NULL;
+	if (!ri)
+		ri = rinode_new(fs->remote, d->cl, d->peer, path);
 	free(path);
 	if (!ri) {
 		fuse_reply_err(req, ENOMEM);
@@ -469,14 +523,22 @@ static void r_lookup(fuse_req_t req, struct rinode *d, const char *name)
 	}
 	struct dmar_error err = { 0 };
 	pthread_rwlock_wrlock(&ri->lock);
-	int r = refresh(ri, true, &err);
+	/* An open file with changes not shipped yet is what this host sees. */
+	int r = found && ri->loaded && (ri->dirty || ri->opens) ? 0 : refresh(ri, true, &err);
 	pthread_rwlock_unlock(&ri->lock);
 	if (r < 0) {
 		reply_error(req, ri, "lookup", r, &err);
-		rinode_free(fs, ri);
+		if (found)
+			forget_remote(fs, ri, 1);
+		else
+			rinode_free(fs, ri);
 		return;
 	}
+	if (!found)
+		rinode_hash(fs->remote, ri);
 	reply_rentry(req, fs, ri, NULL);
+	if (found)
+		forget_remote(fs, ri, 1); /* reply_rentry took the kernel's */
 }
 
 static void r_getattr(fuse_req_t req, struct rinode *ri)
@@ -565,6 +627,7 @@ static void r_mkdir(fuse_req_t req, struct rinode *d, const char *name, mode_t m
 		rinode_free(fs, ri);
 		return;
 	}
+	rinode_hash(fs->remote, ri);
 	reply_rentry(req, fs, ri, NULL);
 }
 
@@ -628,6 +691,7 @@ static void r_create(fuse_req_t req, struct rinode *d, const char *name, mode_t 
 		return;
 	}
 	fi->keep_cache = 0;
+	rinode_hash(fs->remote, ri);
 	reply_rentry(req, fs, ri, fi);
 }
 
