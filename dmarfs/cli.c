@@ -58,6 +58,19 @@ void cli_err(const char *fmt, ...)
 	fputc('\n', stderr);
 }
 
+int cli_usage(const char *fmt, ...)
+{
+	va_list ap;
+	fputs("dmar: ", stderr);
+	if (cli_cmd)
+		fprintf(stderr, "%s: ", cli_cmd);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "\nTry 'dmar %s%s--help'.\n", cli_cmd ? cli_cmd : "", cli_cmd ? " " : "");
+	return CLI_EXIT_USAGE;
+}
+
 int cli_parse_size(const char *s, uint64_t *out)
 {
 	char *end;
@@ -100,6 +113,18 @@ const char *cli_human(uint64_t b, char *buf)
 		snprintf(buf, 32, "%llu B", (unsigned long long)b);
 	else
 		snprintf(buf, 32, "%.1f %s", v, u[i]);
+	return buf;
+}
+
+const char *cli_rate(double v, char *buf)
+{
+	static const char *u[] = { "B/s", "kB/s", "MB/s", "GB/s", "TB/s" };
+	int i = 0;
+	while (v >= 1000 && i < 4) {
+		v /= 1000;
+		i++;
+	}
+	snprintf(buf, 32, v < 10 && i ? "%.1f %s" : "%.0f %s", v, u[i]);
 	return buf;
 }
 

@@ -17,8 +17,13 @@
 extern const char *cli_cmd;   /* "pack", "unpack", ... for messages */
 extern int cli_verbosity;     /* 0 quiet, 1 normal, 2 verbose */
 
+#define CLI_EXIT_USAGE 2
+
 /* "dmar: CMD: " + message on stderr. */
 void cli_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* A usage error: the message, then "Try 'dmar CMD --help'."; returns
+ * CLI_EXIT_USAGE for `return cli_usage(...)`. */
+int cli_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Parse "123", "4k", "8M", "2g" (binary multiples).  0 or -EINVAL. */
 int cli_parse_size(const char *s, uint64_t *out);
@@ -64,5 +69,46 @@ struct cli_samples {
 int mine_from_paths(struct cli_samples *s, char **paths, int n, size_t budget);
 int mine_from_pid(struct cli_samples *s, long pid, size_t budget);
 void mine_samples_free(struct cli_samples *s);
+
+/*
+ * The commands that talk to nodes (docs/rest-api.md): dmar cp (cp.c), dmar
+ * nodes and dmar watch (nodes.c).  struct cli_net is what they share: the
+ * peers file, the token, TLS and a client per peer.  The helpers report
+ * their own errors (cli_err) and return -1; the command then exits 1.
+ */
+struct dmar_client;
+struct dmar_error;
+struct dmar_peer;
+struct dmar_peers;
+
+#define CLI_PEERS_DEFAULT "/etc/dmarfs/peers"
+
+struct cli_net {
+	const char *peers_path; /* --peers, else $DMAR_PEERS, else CLI_PEERS_DEFAULT */
+	const char *token_path; /* --token, else $DMAR_TOKEN_FILE, else no token */
+	const char *tls_ca;     /* --tls-ca, or NULL: the system's CAs */
+	unsigned streams;       /* -T: parallel streams of a transfer, 0: the client's default */
+	long connect_timeout_ms, timeout_ms; /* 0: the client's defaults */
+	struct dmar_peers *peers; /* after cli_net_load */
+	char *token;              /* the secret, or NULL */
+};
+/* Read the peers file and the token file. 0 or -1 (reported). */
+int cli_net_load(struct cli_net *n);
+/* The peer called name; NULL (reported: "no peer named x in FILE"). */
+const struct dmar_peer *cli_net_peer(struct cli_net *n, const char *name);
+/* A new client for p (free with dmar_client_free). 0 or -1 (reported). */
+int cli_net_client(struct cli_net *n, const struct dmar_peer *p, struct dmar_client **out);
+void cli_net_free(struct cli_net *n); /* wipes the token */
+/* "HOST:PORT" (IPv6 in brackets) into buf[cap]. */
+const char *cli_peer_address(const struct dmar_peer *p, char *buf, size_t cap);
+/* Why a client call failed, for a message: "arena full (ENOSPC)" from
+ * err's message (or strerror) and the errno's name.  Returns buf. */
+const char *cli_net_why(int r, const struct dmar_error *err, char *buf, size_t cap);
+/* "950 MB/s", "2.1 GB/s": a decimal rate into buf[32]. */
+const char *cli_rate(double bytes_per_s, char *buf);
+
+int cmd_cp(int argc, char **argv);
+int cmd_nodes(int argc, char **argv);
+int cmd_watch(int argc, char **argv);
 
 #endif /* DMAR_CLI_H */

@@ -41,6 +41,10 @@ static const char usage_text[] =
 	"  mine   -o PACK INPUT...          mine a byte pack from files and directories\n"
 	"  mine   -o PACK --pid PID         ... or from a running process's memory\n"
 	"  info   [-v] FILE.dmar...         describe artifacts\n"
+	"  cp     [OPTIONS] SRC DST         copy a file to, from or between nodes\n"
+	"                                   (SRC, DST: FILE or NODE:PATH)\n"
+	"  nodes  [--json]                  the peers: reachable?, arena, chunks\n"
+	"  watch  [--count N] NODE          follow a node's events (JSON lines)\n"
 	"\n"
 	"Run `dmar COMMAND --help` for the options of each command.\n"
 	"  -h, --help       this help\n"
@@ -113,15 +117,7 @@ struct cmd_opts {
 	int argc; /* after level flags are taken out */
 };
 
-static int usage_error(const char *fmt, const char *arg)
-{
-	fputs("dmar: ", stderr);
-	if (cli_cmd)
-		fprintf(stderr, "%s: ", cli_cmd);
-	fprintf(stderr, fmt, arg);
-	fprintf(stderr, "\nTry 'dmar %s%s--help'.\n", cli_cmd ? cli_cmd : "", cli_cmd ? " " : "");
-	return EXIT_USAGE;
-}
+#define usage_error(fmt, arg) cli_usage(fmt, arg)
 
 /* Does this argument leave its option's value to the next argument
  * ("-o FILE", "-qo FILE", "--ref FILE")?  Then that value is not a -#. */
@@ -751,6 +747,9 @@ int main(int argc, char **argv)
 		{ "unpack", cmd_unpack },
 		{ "mine", cmd_mine },
 		{ "info", cmd_info },
+		{ "cp", cmd_cp },
+		{ "nodes", cmd_nodes },
+		{ "watch", cmd_watch },
 	};
 	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
 		if (!strcmp(cmd, cmds[i].name)) {

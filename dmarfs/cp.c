@@ -1,0 +1,848 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * dmar cp - copy a file to, from or between nodes, moving only the chunks
+ * the receiver lacks.
+ *
+ *   FILE -> NODE:PATH    cut and hash FILE here, through a bounded window
+ *                        and with the chunker mounts use (so its chunks
+ *                        match what the node already holds), then push the
+ *                        recipe and the chunks the node asks for; those are
+ *                        read again from FILE (pread), one at a time.
+ *   NODE:PATH -> FILE    fetch the recipe, pull every distinct chunk once
+ *                        and write it at each offset the recipe shows it,
+ *                        into a sparse temp file beside FILE that is renamed
+ *                        over it only when complete (mode and mtime set).
+ *   NODE1:P -> NODE2:Q   ask NODE1 to ship its file to NODE2 (POST
+ *                        /v1/transfers): the bytes go node to node.
+ *
+ * Memory is independent of the file's size but for the recipe itself
+ * (48 bytes a chunk) and its index: the window, and the chunks in flight.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <libgen.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "chunker.h"
+#include "cli.h"
+#include "client.h"
+#include "hash.h"
+#include "peers.h"
+#include "wire.h"
+
+static const char cp_help[] =
+	"Usage: dmar cp [OPTIONS] SRC DST\n"
+	"Copy a file to, from or between nodes.  SRC and DST are each a local\n"
+	"path or NODE:PATH, NODE a name from the peers file (a local path with a\n"
+	"':' is written ./a:b).  Only the chunks the receiver lacks cross the wire.\n"
+	"A DST ending in '/' or naming a directory gets SRC's file name appended.\n"
+	"  -n, --no-clobber      fail if DST exists (default: replace it, as cp does)\n"
+	"  -f, --force           replace an existing DST (the default; cancels -n)\n"
+	"  -T, --streams N       parallel streams of the transfer (default 4)\n"
+	"      --peers FILE      the peers file (default: $DMAR_PEERS, else " CLI_PEERS_DEFAULT ")\n"
+	"      --token FILE      the shared secret (default: $DMAR_TOKEN_FILE)\n"
+	"      --tls-ca FILE     CA certificate of https peers\n"
+	"  -q, --quiet           no progress, no summary\n"
+	"  -v, --verbose         a progress line even when stderr is no terminal\n"
+	"  -h, --help            this help\n";
+
+enum { OPT_PEERS = 300, OPT_TOKEN, OPT_TLS_CA };
+
+/* Read this much of the file at a time; at least DMAR_CHUNK_MAX_DEFAULT. */
+#define CP_WINDOW (4u << 20)
+
+struct endpoint {
+	const char *arg;   /* as given, for messages */
+	char *node;        /* NULL: local */
+	char *path;        /* local path, or the node's path without leading '/' */
+	const struct dmar_peer *peer;
+	struct dmar_client *c;
+};
+
+/* NODE:PATH when a ':' comes before any '/' and after at least one byte. */
+static int endpoint_parse(const char *arg, struct endpoint *e)
+{
+	memset(e, 0, sizeof(*e));
+	e->arg = arg;
+	const char *colon = strchr(arg, ':');
+	const char *slash = strchr(arg, '/');
+	bool remote = colon && colon > arg && (!slash || slash > colon);
+	if (remote) {
+		const char *p = colon + 1;
+		while (*p == '/')
+			p++;
+		e->node = strndup(arg, (size_t)(colon - arg));
+		e->path = strdup(p);
+	} else {
+		e->path = strdup(arg);
+	}
+	return e->path && (!remote || e->node) ? 0 : -ENOMEM;
+}
+
+static void endpoint_free(struct endpoint *e)
+{
+	dmar_client_free(e->c);
+	free(e->node);
+	free(e->path);
+}
+
+/* The last component of a path ("" for none), trailing '/' ignored. */
+static char *base_name(const char *path)
+{
+	size_t n = strlen(path);
+	while (n && path[n - 1] == '/')
+		n--;
+	size_t b = n;
+	while (b && path[b - 1] != '/')
+		b--;
+	return strndup(path + b, n - b);
+}
+
+/* dir + "/" + name, with no double '/'; dir "" gives name. */
+static char *join(const char *dir, const char *name)
+{
+	size_t n = strlen(dir);
+	while (n && dir[n - 1] == '/')
+		n--;
+	char *s;
+	if (!n)
+		return strdup(name);
+	return asprintf(&s, "%.*s/%s", (int)n, dir, name) < 0 ? NULL : s;
+}
+
+/* ---- progress and summary ------------------------------------------------ */
+
+struct cp_progress {
+	pthread_mutex_t lock;
+	bool on, tty;
+	double t0, last;
+	uint64_t total;
+	const char *what;     /* "f -> a:f" */
+	uint64_t done;        /* logical bytes accounted for; pull: set by the sink (atomic) */
+	bool pushing;         /* done = chunk bytes uploaded */
+};
+
+static void progress_init(struct cp_progress *p, const char *what, uint64_t total, bool pushing)
+{
+	memset(p, 0, sizeof(*p));
+	pthread_mutex_init(&p->lock, NULL);
+	p->tty = isatty(STDERR_FILENO);
+	p->on = cli_verbosity >= 2 || (cli_verbosity >= 1 && p->tty);
+	p->t0 = p->last = cli_now();
+	p->total = total;
+	p->what = what;
+	p->pushing = pushing;
+}
+
+static void on_progress(void *ctx, const struct dmar_xfer_stats *st)
+{
+	struct cp_progress *p = ctx;
+	if (!p->on)
+		return;
+	pthread_mutex_lock(&p->lock);
+	double now = cli_now();
+	if (now - p->last >= 0.25) {
+		p->last = now;
+		double s = now - p->t0;
+		uint64_t done = p->pushing ? st->chunk_bytes : __atomic_load_n(&p->done, __ATOMIC_RELAXED);
+		if (done > p->total)
+			done = p->total;
+		char a[32], b[32], w[32], ws[32], es[32];
+		fprintf(stderr, "%s%s: %s %s / %s (%3.0f%%), wire %s at %s, effective %s%s", p->tty ? "\r" : "",
+			p->what, p->pushing ? "sent" : "done", cli_human(done, a), cli_human(p->total, b),
+			p->total ? 100.0 * done / p->total : 100.0, cli_human(st->wire_bytes, w),
+			cli_rate(st->wire_bytes / s, ws), cli_rate(done / s, es), p->tty ? "\033[K" : "\n");
+	}
+	pthread_mutex_unlock(&p->lock);
+}
+
+static void progress_end(struct cp_progress *p)
+{
+	if (p->on && p->tty && p->last > p->t0)
+		fputs("\r\033[K", stderr);
+	pthread_mutex_destroy(&p->lock);
+}
+
+static void summary(const char *what, const struct dmar_xfer_stats *st)
+{
+	if (cli_verbosity < 1)
+		return;
+	char a[32], w[32], es[32], ws[32];
+	double s = st->seconds > 0 ? st->seconds : 1e-9;
+	fprintf(stderr,
+		"%s: %" PRIu64 " bytes (%s), %" PRIu64 " chunks, %" PRIu64 " sent, wire %" PRIu64
+		" bytes (%s), %" PRIu64 " round trips, %.3f s, effective %s, wire %s\n",
+		what, st->logical, cli_human(st->logical, a), st->chunks, st->sent_chunks, st->wire_bytes,
+		cli_human(st->wire_bytes, w), st->round_trips, st->seconds, cli_rate(st->logical / s, es),
+		cli_rate(st->wire_bytes / s, ws));
+}
+
+/* "b:dir/f: arena full (ENOSPC)" */
+static void report(const char *where, int r, const struct dmar_error *err)
+{
+	char why[400];
+	cli_err("%s: %s", where, cli_net_why(r, err, why, sizeof(why)));
+}
+
+/* ---- local -> node -------------------------------------------------------- */
+
+/* Where each distinct chunk of the local file starts, sorted by id. */
+struct chunk_at {
+	struct dmar_id id;
+	uint64_t off;
+	uint32_t len;
+};
+
+struct local_src {
+	int fd;
+	const char *name;
+	struct chunk_at *at;
+	size_t n;
+	int changed; /* set when the file no longer has a chunk where it had */
+};
+
+static int cmp_at(const void *a, const void *b)
+{
+	return memcmp(&((const struct chunk_at *)a)->id, &((const struct chunk_at *)b)->id, sizeof(struct dmar_id));
+}
+
+static int pread_all(int fd, uint8_t *buf, size_t len, uint64_t off)
+{
+	while (len) {
+		ssize_t n = pread(fd, buf, len, (off_t)off);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno;
+		if (n == 0)
+			return -ESTALE; /* the file shrank under us */
+		buf += n;
+		len -= (size_t)n;
+		off += (uint64_t)n;
+	}
+	return 0;
+}
+
+/* The engine asks for a chunk it is about to upload: read it again.  The
+ * node verifies it against its id; a file changed meanwhile fails there. */
+static int src_get(void *ctx, const struct dmar_id *id, uint32_t len, struct dmar_wire_chunk *c)
+{
+	struct local_src *s = ctx;
+	struct chunk_at key = { .id = *id };
+	const struct chunk_at *at = bsearch(&key, s->at, s->n, sizeof(*s->at), cmp_at);
+	if (!at || at->len != len)
+		return -ENOENT;
+	uint8_t *buf = malloc(len);
+	if (!buf)
+		return -ENOMEM;
+	int r = pread_all(s->fd, buf, len, at->off);
+	if (r < 0) {
+		free(buf);
+		if (r == -ESTALE)
+			__atomic_store_n(&s->changed, 1, __ATOMIC_RELAXED);
+		return r;
+	}
+	*c = (struct dmar_wire_chunk){ .id = *id, .enc = DMAR_WIRE_RAW, .len = len, .stored = len, .payload = buf };
+	return 0;
+}
+
+static void src_put(void *ctx, struct dmar_wire_chunk *c)
+{
+	(void)ctx;
+	free((void *)c->payload);
+	c->payload = NULL;
+}
+
+static int read_full(int fd, uint8_t *buf, size_t len, size_t *got)
+{
+	*got = 0;
+	while (*got < len) {
+		ssize_t n = read(fd, buf + *got, len - *got);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno;
+		if (n == 0)
+			break;
+		*got += (size_t)n;
+	}
+	return 0;
+}
+
+/*
+ * Cut fd into chunks as a mount would and make its recipe (whole chunks,
+ * skip 0, no holes) and the index of where each distinct chunk is.  The
+ * chunker needs max bytes ahead of a cut (or the end of the file): the
+ * window is refilled whenever less than that is left in it.
+ */
+static int recipe_of_fd(int fd, const struct stat *st, struct dmar_recipe *r, struct local_src *s,
+			struct cp_progress *pr)
+{
+	struct dmar_chunker ck;
+	int ret = dmar_chunker_init(&ck, DMAR_CHUNK_MIN_DEFAULT, DMAR_CHUNK_AVG_DEFAULT, DMAR_CHUNK_MAX_DEFAULT);
+	if (ret < 0)
+		return ret;
+	uint8_t *buf = malloc(CP_WINDOW);
+	size_t cap = 0;
+	memset(r, 0, sizeof(*r));
+	r->mode = st->st_mode & 07777;
+	r->mtime_sec = st->st_mtim.tv_sec;
+	r->mtime_nsec = (uint32_t)st->st_mtim.tv_nsec;
+	if (!buf)
+		return -ENOMEM;
+	size_t have = 0, pos = 0;
+	bool eof = false;
+	uint64_t off = 0;
+	struct dmar_xfer_stats none = { 0 };
+	for (;;) {
+		if (!eof && have - pos < ck.max) {
+			memmove(buf, buf + pos, have - pos);
+			have -= pos;
+			pos = 0;
+			size_t got;
+			if ((ret = read_full(fd, buf + have, CP_WINDOW - have, &got)) < 0)
+				goto fail;
+			eof = have + got < CP_WINDOW;
+			have += got;
+		}
+		if (pos == have)
+			break;
+		size_t len = dmar_chunker_next(&ck, buf + pos, have - pos, eof);
+		if (!len) { /* cannot be: max bytes or the end are in the window */
+			ret = -EIO;
+			goto fail;
+		}
+		if (r->n == cap) {
+			if (cap >= DMAR_RECIPE_MAX_ENTRIES) {
+				ret = -EFBIG;
+				goto fail;
+			}
+			size_t nc = cap ? cap * 2 : 1024;
+			struct dmar_recipe_entry *e = realloc(r->e, nc * sizeof(*e));
+			if (!e) {
+				ret = -ENOMEM;
+				goto fail;
+			}
+			r->e = e;
+			cap = nc;
+		}
+		struct dmar_recipe_entry *e = &r->e[r->n++];
+		memset(e, 0, sizeof(*e));
+		dmar_hash(buf + pos, len, &e->id);
+		e->len = len;
+		e->kind = DMAR_RECIPE_CHUNK;
+		pos += len;
+		off += len;
+		pr->done = off;
+		if (pr->on) {
+			none.seconds = cli_now() - pr->t0;
+			on_progress(pr, &none);
+		}
+	}
+	r->size = off;
+	free(buf);
+	buf = NULL;
+
+	s->at = malloc((r->n ? r->n : 1) * sizeof(*s->at));
+	if (!s->at)
+		return -ENOMEM;
+	uint64_t o = 0;
+	for (size_t i = 0; i < r->n; i++) {
+		s->at[i] = (struct chunk_at){ .id = r->e[i].id, .off = o, .len = (uint32_t)r->e[i].len };
+		o += r->e[i].len;
+	}
+	/* qsort is not stable: equal ids keep some offset, any one will do */
+	qsort(s->at, r->n, sizeof(*s->at), cmp_at);
+	size_t k = 0;
+	for (size_t i = 0; i < r->n; i++)
+		if (!k || memcmp(&s->at[k - 1].id, &s->at[i].id, sizeof(struct dmar_id)))
+			s->at[k++] = s->at[i];
+	s->n = k;
+	return 0;
+fail:
+	free(buf);
+	dmar_recipe_free(r);
+	memset(r, 0, sizeof(*r));
+	return ret;
+}
+
+/* Is DST a directory on the node (then SRC's name goes below it)?  1, 0
+ * (absent or not a directory), or -errno. */
+static int remote_is_dir(struct endpoint *d, struct dmar_error *err)
+{
+	if (!d->path[0])
+		return 1;
+	if (d->path[strlen(d->path) - 1] == '/')
+		return 1;
+	json_t *o = NULL;
+	int r = dmar_client_stat(d->c, d->path, &o, err);
+	if (r == -ENOENT) {
+		memset(err, 0, sizeof(*err));
+		return 0;
+	}
+	if (r < 0)
+		return r;
+	const char *type = json_string_value(json_object_get(o, "type"));
+	r = type && !strcmp(type, "dir");
+	json_decref(o);
+	return r;
+}
+
+/* d->path becomes the file's path on the node: a directory gets name below
+ * it.  0 or an exit status (reported). */
+static int resolve_remote_dst(struct endpoint *d, const char *name)
+{
+	struct dmar_error err = { 0 };
+	char where[600];
+	snprintf(where, sizeof(where), "%s:%s", d->node, d->path);
+	int r = remote_is_dir(d, &err);
+	if (r < 0) {
+		report(where, r, &err);
+		return 1;
+	}
+	if (r) {
+		char *p = join(d->path, name);
+		if (!p) {
+			cli_err("out of memory");
+			return 1;
+		}
+		free(d->path);
+		d->path = p;
+	}
+	return 0;
+}
+
+static int cp_push(struct endpoint *s, struct endpoint *d, bool noreplace)
+{
+	int fd = open(s->path, O_RDONLY | O_CLOEXEC);
+	struct stat st;
+	if (fd < 0 || fstat(fd, &st) < 0) {
+		cli_err("%s: %s", s->path, strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return 1;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		cli_err("%s: %s", s->path, S_ISDIR(st.st_mode) ? "is a directory (cp copies one file)" : "not a regular file");
+		close(fd);
+		return 1;
+	}
+	char *name = base_name(s->path);
+	int status = 1;
+	if (!name || !name[0]) {
+		cli_err("%s: no file name to copy to", s->path);
+		goto out_fd;
+	}
+	if ((status = resolve_remote_dst(d, name)) != 0)
+		goto out_fd;
+	status = 1;
+	char where[600], what[1200];
+	snprintf(where, sizeof(where), "%s:%s", d->node, d->path);
+	snprintf(what, sizeof(what), "%s -> %s", s->path, where);
+	struct dmar_error err = { 0 };
+	if (dmar_wire_path_check(d->path, &err) < 0) {
+		cli_err("%s: %s", where, err.msg);
+		goto out_fd;
+	}
+
+	struct cp_progress pr;
+	progress_init(&pr, what, (uint64_t)st.st_size, false);
+	struct dmar_recipe r;
+	struct local_src src = { .fd = fd, .name = s->path };
+	double t0 = cli_now();
+	int ret = recipe_of_fd(fd, &st, &r, &src, &pr);
+	if (ret < 0) {
+		progress_end(&pr);
+		cli_err("%s: %s", s->path, ret == -EFBIG ? "too many chunks for one recipe" : strerror(-ret));
+		goto out_src;
+	}
+	pr.total = r.size;
+	pr.pushing = true;
+	pr.t0 = cli_now();
+	struct dmar_chunk_source cs = { .get = src_get, .put = src_put, .ctx = &src };
+	struct dmar_xfer_stats xs = { 0 };
+	ret = dmar_client_push(d->c, d->path, &r, &cs, noreplace, on_progress, &pr, &xs, &err);
+	progress_end(&pr);
+	xs.seconds = cli_now() - t0; /* the hashing here is part of the copy */
+	if (ret < 0) {
+		if (__atomic_load_n(&src.changed, __ATOMIC_RELAXED))
+			cli_err("%s: the file changed while it was being copied; nothing was written to %s", s->path,
+				where);
+		else if (ret == -EEXIST && noreplace)
+			cli_err("%s: already exists (-n)", where);
+		else
+			report(where, ret, &err);
+	} else {
+		summary(what, &xs);
+		status = 0;
+	}
+	dmar_recipe_free(&r);
+out_src:
+	free(src.at);
+out_fd:
+	free(name);
+	close(fd);
+	return status;
+}
+
+/* ---- node -> local -------------------------------------------------------- */
+
+/* Where a chunk shows in the file: bytes [skip, skip + len) at off. */
+struct use {
+	struct dmar_id id;
+	uint64_t off;
+	uint32_t skip;
+	uint32_t len;
+};
+
+struct local_dst {
+	int fd;
+	struct use *u; /* sorted by id */
+	size_t nu;
+	uint64_t chunks_got; /* atomic */
+	struct cp_progress *pr;
+	struct dmar_error err; /* the sink's own failure, first one */
+	pthread_mutex_t lock;
+};
+
+static int cmp_use(const void *a, const void *b)
+{
+	const struct use *x = a, *y = b;
+	int c = memcmp(&x->id, &y->id, sizeof(x->id));
+	return c ? c : x->off < y->off ? -1 : x->off > y->off;
+}
+
+static bool all_zero(const uint8_t *p, size_t n)
+{
+	return !n || (p[0] == 0 && !memcmp(p, p + 1, n - 1));
+}
+
+static int pwrite_all(int fd, const uint8_t *buf, size_t len, uint64_t off)
+{
+	while (len) {
+		ssize_t n = pwrite(fd, buf, len, (off_t)off);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno;
+		buf += n;
+		len -= (size_t)n;
+		off += (uint64_t)n;
+	}
+	return 0;
+}
+
+/* A verified chunk: write it wherever the recipe uses it.  Zero ranges are
+ * left unwritten: the temp file was truncated to size, they read as zeros
+ * and stay holes. */
+static int sink_put(void *ctx, const struct dmar_wire_chunk *c, const uint8_t *decoded)
+{
+	struct local_dst *d = ctx;
+	size_t lo = 0, hi = d->nu;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (memcmp(&d->u[mid].id, &c->id, sizeof(c->id)) < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (lo == d->nu || memcmp(&d->u[lo].id, &c->id, sizeof(c->id)))
+		return 0; /* not asked for: nothing to write */
+	uint64_t bytes = 0;
+	for (size_t i = lo; i < d->nu && !memcmp(&d->u[i].id, &c->id, sizeof(c->id)); i++) {
+		const struct use *u = &d->u[i];
+		if ((uint64_t)u->skip + u->len > c->len) {
+			pthread_mutex_lock(&d->lock);
+			dmar_error_set(&d->err, -EBADMSG, "the recipe shows bytes %u..%u of a chunk of %u bytes",
+				       u->skip, u->skip + u->len, c->len);
+			pthread_mutex_unlock(&d->lock);
+			return -EBADMSG;
+		}
+		if (!all_zero(decoded + u->skip, u->len)) {
+			int r = pwrite_all(d->fd, decoded + u->skip, u->len, u->off);
+			if (r < 0) {
+				pthread_mutex_lock(&d->lock);
+				dmar_error_errno(&d->err, r, "write");
+				pthread_mutex_unlock(&d->lock);
+				return r;
+			}
+		}
+		bytes += u->len;
+	}
+	__atomic_add_fetch(&d->chunks_got, 1, __ATOMIC_RELAXED);
+	__atomic_add_fetch(&d->pr->done, bytes, __ATOMIC_RELAXED);
+	return 0;
+}
+
+static int cp_pull(struct endpoint *s, struct endpoint *d, bool noreplace)
+{
+	char where[600];
+	snprintf(where, sizeof(where), "%s:%s", s->node, s->path);
+	char *name = base_name(s->path);
+	char *dst = NULL;
+	int status = 1;
+	if (!name) {
+		cli_err("out of memory");
+		return 1;
+	}
+	struct stat lst;
+	size_t dl = strlen(d->path);
+	if ((dl && d->path[dl - 1] == '/') || (stat(d->path, &lst) == 0 && S_ISDIR(lst.st_mode))) {
+		if (!name[0]) {
+			cli_err("%s: is a directory (cp copies one file)", where);
+			goto out;
+		}
+		dst = join(d->path, name);
+	} else {
+		dst = strdup(d->path);
+	}
+	if (!dst) {
+		cli_err("out of memory");
+		goto out;
+	}
+
+	struct dmar_error err = { 0 };
+	struct dmar_recipe r;
+	double t0 = cli_now();
+	int ret = dmar_client_recipe(s->c, s->path, &r, &err);
+	if (ret < 0) {
+		report(where, ret, &err);
+		goto out;
+	}
+	char what[1200];
+	snprintf(what, sizeof(what), "%s -> %s", where, dst);
+
+	/* The index: every use of every chunk, sorted by id; the distinct ids
+	 * are what to pull. */
+	struct local_dst ld = { .fd = -1 };
+	pthread_mutex_init(&ld.lock, NULL);
+	struct dmar_id *ids = NULL;
+	size_t nids = 0;
+	uint64_t hole_bytes = 0;
+	ld.u = malloc((r.n ? r.n : 1) * sizeof(*ld.u));
+	ids = malloc((r.n ? r.n : 1) * sizeof(*ids));
+	if (!ld.u || !ids) {
+		cli_err("out of memory");
+		goto out_recipe;
+	}
+	uint64_t off = 0;
+	for (size_t i = 0; i < r.n; i++) {
+		if (r.e[i].kind == DMAR_RECIPE_CHUNK)
+			ld.u[ld.nu++] = (struct use){ .id = r.e[i].id, .off = off, .skip = r.e[i].skip,
+						      .len = (uint32_t)r.e[i].len };
+		else
+			hole_bytes += r.e[i].len;
+		off += r.e[i].len;
+	}
+	qsort(ld.u, ld.nu, sizeof(*ld.u), cmp_use);
+	for (size_t i = 0; i < ld.nu; i++)
+		if (!nids || memcmp(&ids[nids - 1], &ld.u[i].id, sizeof(*ids)))
+			ids[nids++] = ld.u[i].id;
+
+	struct cli_out out;
+	ret = cli_out_open(&out, dst, !noreplace);
+	if (ret == -EEXIST) {
+		cli_err("%s: already exists (-n)", dst);
+		goto out_recipe;
+	} else if (ret < 0) {
+		cli_err("%s: %s", dst, strerror(-ret));
+		goto out_recipe;
+	}
+	ld.fd = out.fd;
+	if (ftruncate(out.fd, (off_t)r.size) < 0) {
+		ret = -errno;
+		cli_err("%s: %s", dst, strerror(-ret));
+		cli_out_abort(&out);
+		goto out_recipe;
+	}
+
+	struct cp_progress pr;
+	progress_init(&pr, what, r.size, false);
+	pr.done = hole_bytes;
+	ld.pr = &pr;
+	struct dmar_chunk_sink sink = { .put = sink_put, .ctx = &ld };
+	struct dmar_xfer_stats xs = { 0 };
+	ret = 0;
+	if (nids)
+		ret = dmar_client_pull(s->c, ids, nids, &sink, on_progress, &pr, &xs, &err);
+	progress_end(&pr);
+	if (ret == 0 && ld.chunks_got != nids) {
+		ret = dmar_error_set(&err, -EIO, "the node sent %" PRIu64 " of %zu chunks", ld.chunks_got, nids);
+	}
+	if (ret < 0) {
+		cli_out_abort(&out);
+		if (ld.err.code)
+			cli_err("%s: %s", dst, ld.err.msg);
+		else
+			report(where, ret, &err);
+		goto out_recipe;
+	}
+	struct dmar_meta meta = { .valid = true, .mode = r.mode, .mtime_sec = r.mtime_sec, .mtime_nsec = r.mtime_nsec };
+	if ((ret = cli_out_commit(&out, &meta)) < 0) {
+		cli_err("%s: %s", dst, strerror(-ret));
+		goto out_recipe;
+	}
+	xs.logical = r.size;
+	xs.chunks = nids;
+	xs.seconds = cli_now() - t0;
+	xs.round_trips += 1; /* the recipe */
+	summary(what, &xs);
+	status = 0;
+out_recipe:
+	pthread_mutex_destroy(&ld.lock);
+	free(ld.u);
+	free(ids);
+	dmar_recipe_free(&r);
+out:
+	free(dst);
+	free(name);
+	return status;
+}
+
+/* ---- node -> node --------------------------------------------------------- */
+
+static uint64_t jnum(json_t *o, const char *k)
+{
+	json_t *v = json_object_get(o, k);
+	return json_is_integer(v) && json_integer_value(v) > 0 ? (uint64_t)json_integer_value(v) : 0;
+}
+
+static int cp_transfer(struct endpoint *s, struct endpoint *d, bool noreplace)
+{
+	char from[600], to[600], what[1300];
+	snprintf(from, sizeof(from), "%s:%s", s->node, s->path);
+	char *name = base_name(s->path);
+	if (!name) {
+		cli_err("out of memory");
+		return 1;
+	}
+	int status = 1;
+	if (!name[0]) {
+		cli_err("%s: is a directory (cp copies one file)", from);
+		goto out;
+	}
+	if (resolve_remote_dst(d, name) != 0)
+		goto out;
+	snprintf(to, sizeof(to), "%s:%s", d->node, d->path);
+	snprintf(what, sizeof(what), "%s -> %s", from, to);
+	struct dmar_error err = { 0 };
+	if (noreplace) {
+		/* The transfer API always replaces: check first (a race with
+		 * another writer is possible). */
+		json_t *o = NULL;
+		int r = dmar_client_stat(d->c, d->path, &o, &err);
+		json_decref(o);
+		if (r == 0) {
+			cli_err("%s: already exists (-n)", to);
+			goto out;
+		}
+		if (r != -ENOENT) {
+			report(to, r, &err);
+			goto out;
+		}
+		memset(&err, 0, sizeof(err));
+	}
+	json_t *res = NULL;
+	double t0 = cli_now();
+	/* The node names its peers as our peers file does: NODE2 is "to". */
+	int r = dmar_client_transfer(s->c, s->path, d->node, d->path, &res, &err);
+	if (r < 0) {
+		report(what, r, &err);
+		goto out;
+	}
+	struct dmar_xfer_stats xs = {
+		.logical = jnum(res, "logical_bytes"),
+		.chunks = jnum(res, "chunks"),
+		.sent_chunks = jnum(res, "chunks_sent"),
+		.wire_bytes = jnum(res, "wire_bytes"),
+		.round_trips = jnum(res, "round_trips"),
+		.seconds = cli_now() - t0,
+	};
+	json_decref(res);
+	summary(what, &xs);
+	status = 0;
+out:
+	free(name);
+	return status;
+}
+
+int cmd_cp(int argc, char **argv)
+{
+	static const struct option lo[] = {
+		{ "no-clobber", no_argument, NULL, 'n' },
+		{ "force", no_argument, NULL, 'f' },
+		{ "streams", required_argument, NULL, 'T' },
+		{ "peers", required_argument, NULL, OPT_PEERS },
+		{ "token", required_argument, NULL, OPT_TOKEN },
+		{ "tls-ca", required_argument, NULL, OPT_TLS_CA },
+		{ "quiet", no_argument, NULL, 'q' },
+		{ "verbose", no_argument, NULL, 'v' },
+		{ "help", no_argument, NULL, 'h' },
+		{ 0 },
+	};
+	struct cli_net net = { 0 };
+	bool noreplace = false;
+	int c;
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, ":nfT:qvh", lo, NULL)) != -1) {
+		switch (c) {
+		case 'n': noreplace = true; break;
+		case 'f': noreplace = false; break;
+		case 'T':
+			if (cli_parse_threads(optarg, &net.streams) < 0 || net.streams > 64)
+				return cli_usage("invalid stream count '%s' (1..64)", optarg);
+			break;
+		case OPT_PEERS: net.peers_path = optarg; break;
+		case OPT_TOKEN: net.token_path = optarg; break;
+		case OPT_TLS_CA: net.tls_ca = optarg; break;
+		case 'q': cli_verbosity = 0; break;
+		case 'v': cli_verbosity = 2; break;
+		case 'h': fputs(cp_help, stdout); return 0;
+		case ':': return cli_usage("option '%s' needs an argument", argv[optind - 1]);
+		default: return cli_usage("unknown option '%s'", argv[optind - 1]);
+		}
+	}
+	if (argc - optind != 2)
+		return cli_usage("cp takes SRC and DST (got %d argument%s)", argc - optind, argc - optind == 1 ? "" : "s");
+	struct endpoint s, d;
+	if (endpoint_parse(argv[optind], &s) < 0 || endpoint_parse(argv[optind + 1], &d) < 0) {
+		cli_err("out of memory");
+		return 1;
+	}
+	int status = 1;
+	if (!s.node && !d.node) {
+		status = cli_usage("%s and %s are both local: use cp(1) (NODE:PATH names a file on a node)", s.arg, d.arg);
+		goto out;
+	}
+	if (cli_net_load(&net) < 0)
+		goto out;
+	struct endpoint *ends[2] = { &s, &d };
+	for (int i = 0; i < 2; i++) {
+		struct endpoint *e = ends[i];
+		if (!e->node)
+			continue;
+		if (!(e->peer = cli_net_peer(&net, e->node)) || cli_net_client(&net, e->peer, &e->c) < 0)
+			goto out;
+	}
+	if (!s.node)
+		status = cp_push(&s, &d, noreplace);
+	else if (!d.node)
+		status = cp_pull(&s, &d, noreplace);
+	else
+		status = cp_transfer(&s, &d, noreplace);
+out:
+	endpoint_free(&s);
+	endpoint_free(&d);
+	cli_net_free(&net);
+	return status;
+}

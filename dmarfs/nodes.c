@@ -1,0 +1,786 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The nodes a `dmar` command talks to: the peers file and token shared by
+ * dmar cp, nodes and watch (struct cli_net), `dmar nodes` (GET /v1/node of
+ * every peer, at once, with short timeouts) and `dmar watch` (the GET
+ * /v1/events websocket of one node, each event a JSON line on stdout).
+ *
+ * watch speaks the websocket itself over a libcurl connection opened with
+ * CURLOPT_CONNECT_ONLY (so TLS, the CA file and proxies work as for every
+ * other call): our own upgrade request and check of the 101 answer, then
+ * frames through net/ws.h's parser.  Server frames are unmasked; ours
+ * (pongs, the close) are masked with fresh random bytes, as RFC 6455 wants.
+ */
+#include "config.h"
+
+#include <curl/curl.h>
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "client.h"
+#include "peers.h"
+#include "wire.h"
+#include "ws.h"
+
+/* ---- what the remote commands share --------------------------------------- */
+
+int cli_net_load(struct cli_net *n)
+{
+	struct dmar_error err = { 0 };
+	const char *env = getenv("DMAR_PEERS");
+	const char *path = n->peers_path ? n->peers_path : env && *env ? env : CLI_PEERS_DEFAULT;
+	int r = dmar_peers_load(path, &n->peers, &err);
+	if (r < 0) {
+		cli_err("%s%s", err.code ? err.msg : strerror(-r),
+			r == -ENOENT && !n->peers_path ? " (name the peers file with --peers FILE or $DMAR_PEERS)" : "");
+		return -1;
+	}
+	env = getenv("DMAR_TOKEN_FILE");
+	const char *tok = n->token_path ? n->token_path : env && *env ? env : NULL;
+	if (tok && (r = dmar_token_load(tok, &n->token, &err)) < 0) {
+		cli_err("%s", err.code ? err.msg : strerror(-r));
+		return -1;
+	}
+	return 0;
+}
+
+const struct dmar_peer *cli_net_peer(struct cli_net *n, const char *name)
+{
+	const struct dmar_peer *p = dmar_peers_find(n->peers, name);
+	if (!p) {
+		const char *env = getenv("DMAR_PEERS");
+		cli_err("no peer named '%s' in %s (a local path with ':' is written ./%s:...)", name,
+			n->peers_path ? n->peers_path : env && *env ? env : CLI_PEERS_DEFAULT, name);
+	}
+	return p;
+}
+
+int cli_net_client(struct cli_net *n, const struct dmar_peer *p, struct dmar_client **out)
+{
+	char url[DMAR_PEER_URL_MAX];
+	if (dmar_peers_url(p, url, sizeof(url)) < 0) {
+		cli_err("%s: address too long", p->name);
+		return -1;
+	}
+	struct dmar_client_opts o = {
+		.name = p->name,
+		.url = url,
+		.token = n->token,
+		.tls_ca = n->tls_ca,
+		.streams = n->streams,
+		.connect_timeout_ms = n->connect_timeout_ms,
+		.timeout_ms = n->timeout_ms,
+	};
+	struct dmar_error err = { 0 };
+	int r = dmar_client_new(out, &o, &err);
+	if (r < 0) {
+		cli_err("%s: %s", p->name, err.code ? err.msg : strerror(-r));
+		return -1;
+	}
+	return 0;
+}
+
+void cli_net_free(struct cli_net *n)
+{
+	if (n->token) {
+		explicit_bzero(n->token, strlen(n->token));
+		free(n->token);
+		n->token = NULL;
+	}
+	dmar_peers_free(n->peers);
+	n->peers = NULL;
+}
+
+const char *cli_peer_address(const struct dmar_peer *p, char *buf, size_t cap)
+{
+	bool v6 = strchr(p->host, ':') != NULL;
+	snprintf(buf, cap, "%s%s%s:%u", v6 ? "[" : "", p->host, v6 ? "]" : "", (unsigned)p->port);
+	return buf;
+}
+
+const char *cli_net_why(int r, const struct dmar_error *err, char *buf, size_t cap)
+{
+	const char *msg = err && err->code && err->msg[0] ? err->msg : strerror(-r);
+	snprintf(buf, cap, "%s (%s)", msg, dmar_wire_errno_name(r));
+	return buf;
+}
+
+/* --peers, --token, --tls-ca: the options every remote command takes. */
+enum { OPT_PEERS = 300, OPT_TOKEN, OPT_TLS_CA, OPT_JSON, OPT_COUNT };
+
+static bool net_option(int c, struct cli_net *n)
+{
+	switch (c) {
+	case OPT_PEERS: n->peers_path = optarg; return true;
+	case OPT_TOKEN: n->token_path = optarg; return true;
+	case OPT_TLS_CA: n->tls_ca = optarg; return true;
+	default: return false;
+	}
+}
+
+/* ---- dmar nodes ----------------------------------------------------------- */
+
+static const char nodes_help[] =
+	"Usage: dmar nodes [--peers FILE] [--token FILE] [--tls-ca FILE] [--json]\n"
+	"Ask every peer in the peers file for its state (GET /v1/node) and print\n"
+	"a table: name, address, reachable or not (and why), arena used / size,\n"
+	"chunks, encoding.  Exit status 0 when every peer answered, 1 otherwise.\n"
+	"      --peers FILE     the peers file (default: $DMAR_PEERS, else " CLI_PEERS_DEFAULT ")\n"
+	"      --token FILE     the shared secret (default: $DMAR_TOKEN_FILE)\n"
+	"      --tls-ca FILE    CA certificate of https peers\n"
+	"      --json           one JSON array, an object per peer\n"
+	"  -h, --help           this help\n";
+
+#define NODES_CONNECT_MS 1500
+#define NODES_TIMEOUT_MS 4000
+#define NODES_THREADS 16
+
+struct node_row {
+	const struct dmar_peer *p;
+	json_t *info;            /* the answer, or NULL */
+	int r;                   /* 0 or the failure */
+	struct dmar_error err;
+};
+
+struct nodes_job {
+	struct cli_net *net;
+	struct node_row *rows;
+	size_t n;
+	size_t next; /* atomic */
+};
+
+static void *nodes_worker(void *arg)
+{
+	struct nodes_job *j = arg;
+	for (;;) {
+		size_t i = __atomic_fetch_add(&j->next, 1, __ATOMIC_RELAXED);
+		if (i >= j->n)
+			return NULL;
+		struct node_row *w = &j->rows[i];
+		char url[DMAR_PEER_URL_MAX];
+		struct dmar_client *c = NULL;
+		struct dmar_client_opts o = { .name = w->p->name, .url = url, .token = j->net->token,
+					      .tls_ca = j->net->tls_ca, .connect_timeout_ms = NODES_CONNECT_MS,
+					      .timeout_ms = NODES_TIMEOUT_MS };
+		if (dmar_peers_url(w->p, url, sizeof(url)) < 0)
+			w->r = dmar_error_set(&w->err, -ENAMETOOLONG, "address too long");
+		else if ((w->r = dmar_client_new(&c, &o, &w->err)) == 0)
+			w->r = dmar_client_info(c, &w->info, &w->err);
+		dmar_client_free(c);
+	}
+}
+
+static json_int_t jint(json_t *o, const char *a, const char *b)
+{
+	json_t *v = json_object_get(o, a);
+	if (b)
+		v = json_object_get(v, b);
+	return json_is_integer(v) ? json_integer_value(v) : -1;
+}
+
+static void nodes_table(const struct node_row *rows, size_t n)
+{
+	int wn = 4, wa = 7;
+	char addr[DMAR_PEER_URL_MAX + 8];
+	for (size_t i = 0; i < n; i++) {
+		int l = (int)strlen(rows[i].p->name);
+		wn = l > wn ? l : wn;
+		l = (int)strlen(cli_peer_address(rows[i].p, addr, sizeof(addr))) + (rows[i].p->tls ? 6 : 0);
+		wa = l > wa ? l : wa;
+	}
+	printf("%-*s  %-*s  %-11s  %-23s  %8s  %s\n", wn, "NAME", wa, "ADDRESS", "STATE", "ARENA USED / SIZE", "CHUNKS",
+	       "ENCODE");
+	for (size_t i = 0; i < n; i++) {
+		const struct node_row *w = &rows[i];
+		char a[DMAR_PEER_URL_MAX + 8];
+		cli_peer_address(w->p, addr, sizeof(addr));
+		snprintf(a, sizeof(a), "%s%s", addr, w->p->tls ? " https" : "");
+		if (w->r < 0) {
+			char why[400];
+			printf("%-*s  %-*s  %-11s  %s\n", wn, w->p->name, wa, a, "unreachable",
+			       cli_net_why(w->r, &w->err, why, sizeof(why)));
+			continue;
+		}
+		char u[32], s[32], arena[80], chunks[32];
+		json_int_t used = jint(w->info, "arena", "used"), size = jint(w->info, "arena", "size");
+		json_int_t nch = jint(w->info, "store", "chunks");
+		if (used >= 0 && size >= 0)
+			snprintf(arena, sizeof(arena), "%s / %s", cli_human((uint64_t)used, u), cli_human((uint64_t)size, s));
+		else
+			snprintf(arena, sizeof(arena), "-");
+		if (nch >= 0)
+			snprintf(chunks, sizeof(chunks), "%" JSON_INTEGER_FORMAT, nch);
+		else
+			snprintf(chunks, sizeof(chunks), "-");
+		const char *enc = json_string_value(json_object_get(w->info, "encode"));
+		printf("%-*s  %-*s  %-11s  %-23s  %8s  %s\n", wn, w->p->name, wa, a, "reachable", arena, chunks,
+		       enc ? enc : "-");
+	}
+}
+
+static int nodes_json(const struct node_row *rows, size_t n)
+{
+	json_t *arr = json_array();
+	for (size_t i = 0; arr && i < n; i++) {
+		const struct node_row *w = &rows[i];
+		char addr[DMAR_PEER_URL_MAX], url[DMAR_PEER_URL_MAX];
+		dmar_peers_url(w->p, url, sizeof(url));
+		json_t *o = json_pack("{s:s, s:s, s:s, s:b}", "name", w->p->name, "address",
+				      cli_peer_address(w->p, addr, sizeof(addr)), "url", url, "reachable", w->r == 0);
+		if (!o)
+			break;
+		if (w->r == 0) {
+			json_object_set(o, "node", w->info);
+		} else {
+			json_object_set_new(o, "error", json_string(w->err.code ? w->err.msg : strerror(-w->r)));
+			json_object_set_new(o, "errno", json_string(dmar_wire_errno_name(w->r)));
+		}
+		json_array_append_new(arr, o);
+	}
+	if (!arr || json_array_size(arr) != n) {
+		json_decref(arr);
+		cli_err("out of memory");
+		return -1;
+	}
+	char *s = json_dumps(arr, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+	json_decref(arr);
+	if (!s) {
+		cli_err("out of memory");
+		return -1;
+	}
+	puts(s);
+	free(s);
+	return 0;
+}
+
+int cmd_nodes(int argc, char **argv)
+{
+	static const struct option lo[] = {
+		{ "peers", required_argument, NULL, OPT_PEERS },
+		{ "token", required_argument, NULL, OPT_TOKEN },
+		{ "tls-ca", required_argument, NULL, OPT_TLS_CA },
+		{ "json", no_argument, NULL, OPT_JSON },
+		{ "help", no_argument, NULL, 'h' },
+		{ 0 },
+	};
+	struct cli_net net = { 0 };
+	bool as_json = false;
+	int c;
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, ":h", lo, NULL)) != -1) {
+		if (net_option(c, &net))
+			continue;
+		switch (c) {
+		case OPT_JSON: as_json = true; break;
+		case 'h': fputs(nodes_help, stdout); return 0;
+		case ':': return cli_usage("option '%s' needs an argument", argv[optind - 1]);
+		default: return cli_usage("unknown option '%s'", argv[optind - 1]);
+		}
+	}
+	if (optind < argc)
+		return cli_usage("nodes takes no arguments (got '%s')", argv[optind]);
+	if (cli_net_load(&net) < 0)
+		return 1;
+	size_t n = dmar_peers_count(net.peers);
+	struct node_row *rows = calloc(n ? n : 1, sizeof(*rows));
+	if (!rows) {
+		cli_err("out of memory");
+		cli_net_free(&net);
+		return 1;
+	}
+	for (size_t i = 0; i < n; i++)
+		rows[i].p = dmar_peers_get(net.peers, i);
+	struct nodes_job job = { .net = &net, .rows = rows, .n = n };
+	unsigned nt = n < NODES_THREADS ? (unsigned)n : NODES_THREADS;
+	pthread_t tid[NODES_THREADS];
+	unsigned started = 0;
+	for (; started + 1 < nt; started++)
+		if (pthread_create(&tid[started], NULL, nodes_worker, &job) != 0)
+			break;
+	nodes_worker(&job);
+	for (unsigned i = 0; i < started; i++)
+		pthread_join(tid[i], NULL);
+
+	int status = 0;
+	for (size_t i = 0; i < n; i++)
+		if (rows[i].r < 0)
+			status = 1;
+	if (as_json ? nodes_json(rows, n) < 0 : (nodes_table(rows, n), false))
+		status = 1;
+	if (n == 0 && !as_json)
+		fprintf(stderr, "dmar: nodes: the peers file lists no peers\n");
+	for (size_t i = 0; i < n; i++)
+		json_decref(rows[i].info);
+	free(rows);
+	cli_net_free(&net);
+	return status;
+}
+
+/* ---- dmar watch ----------------------------------------------------------- */
+
+static const char watch_help[] =
+	"Usage: dmar watch [--peers FILE] [--token FILE] [--tls-ca FILE] [--count N] NODE\n"
+	"Follow NODE's event stream (the GET /v1/events websocket): print each\n"
+	"event as one JSON line on stdout until interrupted or the node closes\n"
+	"the stream.  The first line is the node's hello; transfer events\n"
+	"(transfer.started, .progress, .done, .failed) follow as they happen.\n"
+	"      --count N        exit after N events (the hello not counted)\n"
+	"      --peers FILE / --token FILE / --tls-ca FILE   as for dmar nodes\n"
+	"  -h, --help           this help\n";
+
+#define WATCH_MSG_MAX (1u << 20)
+#define WATCH_HDR_MAX (16u << 10)
+#define WATCH_CONNECT_MS 5000
+#define WATCH_IO_MS 5000
+
+static volatile sig_atomic_t watch_stop;
+
+static void on_watch_signal(int sig)
+{
+	(void)sig;
+	watch_stop = 1;
+}
+
+struct watch {
+	const char *node;
+	CURL *h;
+	curl_socket_t sock;
+	struct dmar_ws_parser *parser;
+	uint8_t *msg; /* the message being assembled from its frames */
+	size_t msg_len;
+	bool in_msg, hello_seen, closed;
+	int close_code;
+	uint64_t events, count; /* count 0: no limit */
+	char why[sizeof(((struct dmar_error *)0)->msg)]; /* what failed, for the message */
+};
+
+static void b64(const uint8_t *in, size_t n, char *out)
+{
+	static const char t[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+	size_t o = 0;
+	for (size_t i = 0; i < n; i += 3) {
+		uint32_t v = (uint32_t)in[i] << 16 | (i + 1 < n ? (uint32_t)in[i + 1] << 8 : 0) |
+			     (i + 2 < n ? in[i + 2] : 0);
+		out[o++] = t[v >> 18 & 63];
+		out[o++] = t[v >> 12 & 63];
+		out[o++] = i + 1 < n ? t[v >> 6 & 63] : '=';
+		out[o++] = i + 2 < n ? t[v & 63] : '=';
+	}
+	out[o] = 0;
+}
+
+/* Wait until the socket is readable (or writable); 0, -ETIMEDOUT after ms,
+ * -EINTR when a signal asked us to stop. */
+static int watch_wait(struct watch *w, bool out, int ms)
+{
+	for (;;) {
+		if (watch_stop)
+			return -EINTR;
+		struct pollfd pfd = { .fd = w->sock, .events = out ? POLLOUT : POLLIN };
+		/* A signal between the check and poll is seen within 250 ms. */
+		int slice = ms < 0 || ms > 250 ? 250 : ms;
+		int n = poll(&pfd, 1, slice);
+		if (n > 0)
+			return 0;
+		if (n < 0 && errno != EINTR)
+			return -errno;
+		if (ms >= 0 && (ms -= slice) <= 0)
+			return -ETIMEDOUT;
+	}
+}
+
+static int watch_send(struct watch *w, const void *buf, size_t len)
+{
+	const uint8_t *p = buf;
+	while (len) {
+		size_t n = 0;
+		CURLcode cc = curl_easy_send(w->h, p, len, &n);
+		if (cc == CURLE_AGAIN) {
+			int r = watch_wait(w, true, WATCH_IO_MS);
+			if (r < 0)
+				return r;
+			continue;
+		}
+		if (cc != CURLE_OK)
+			return -EIO;
+		p += n;
+		len -= n;
+	}
+	return 0;
+}
+
+/* Receive some bytes: their number, 0 when the node closed the connection,
+ * or -ETIMEDOUT (after ms; -1 waits for ever), -EINTR, -EIO. */
+static ssize_t watch_recv(struct watch *w, void *buf, size_t cap, int ms)
+{
+	for (;;) {
+		size_t n = 0;
+		CURLcode cc = curl_easy_recv(w->h, buf, cap, &n);
+		if (cc == CURLE_OK)
+			return (ssize_t)n;
+		if (cc != CURLE_AGAIN)
+			return -EIO;
+		int r = watch_wait(w, false, ms);
+		if (r < 0)
+			return r;
+	}
+}
+
+/* A client frame: masked, as a client must. */
+static int watch_frame(struct watch *w, enum dmar_ws_opcode op, const uint8_t *data, size_t len)
+{
+	uint8_t f[DMAR_WS_HDR_MAX + DMAR_WS_CONTROL_MAX], mask[4];
+	if (len > DMAR_WS_CONTROL_MAX)
+		return -EMSGSIZE;
+	if (getrandom(mask, sizeof(mask), 0) != (ssize_t)sizeof(mask))
+		return -EIO;
+	size_t h = dmar_ws_frame_header(f, op, len, mask);
+	memcpy(f + h, data, len);
+	dmar_ws_mask(f + h, len, mask, 0);
+	return watch_send(w, f, h + len);
+}
+
+static int watch_close(struct watch *w, int code)
+{
+	uint8_t p[2] = { (uint8_t)(code >> 8), (uint8_t)code };
+	return watch_frame(w, DMAR_WS_CLOSE, p, sizeof(p));
+}
+
+/* A whole message: one JSON line on stdout. */
+static int watch_event(struct watch *w, const uint8_t *data, size_t len)
+{
+	json_t *ev = json_loadb((const char *)data, len, 0, NULL);
+	char *line = ev ? json_dumps(ev, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+	const char *type = json_string_value(json_object_get(ev, "type"));
+	bool hello = type && !strcmp(type, "hello") && !w->hello_seen;
+	if (line) {
+		puts(line);
+	} else { /* not JSON: pass it on as it came, up to a line end */
+		size_t l = 0;
+		while (l < len && data[l] != '\n')
+			l++;
+		printf("%.*s\n", (int)l, (const char *)data);
+	}
+	free(line);
+	json_decref(ev);
+	if (fflush(stdout) == EOF)
+		return -errno;
+	if (hello)
+		w->hello_seen = true;
+	else
+		w->events++;
+	return 0;
+}
+
+static int on_frame(void *ctx, const struct dmar_ws_frame *f)
+{
+	struct watch *w = ctx;
+	if (w->closed || (w->count && w->events >= w->count))
+		return 0;
+	switch (f->opcode) {
+	case DMAR_WS_TEXT:
+	case DMAR_WS_BINARY:
+	case DMAR_WS_CONT:
+		if (f->opcode != DMAR_WS_CONT)
+			w->msg_len = 0;
+		if (w->msg_len + f->len > WATCH_MSG_MAX)
+			return -EMSGSIZE;
+		if (f->fin && !w->msg_len)
+			return watch_event(w, f->payload, f->len);
+		if (!w->msg && !(w->msg = malloc(WATCH_MSG_MAX)))
+			return -ENOMEM;
+		memcpy(w->msg + w->msg_len, f->payload, f->len);
+		w->msg_len += f->len;
+		if (!f->fin)
+			return 0;
+		size_t whole = w->msg_len;
+		w->msg_len = 0;
+		return watch_event(w, w->msg, whole);
+	case DMAR_WS_PING:
+		return watch_frame(w, DMAR_WS_PONG, f->payload, f->len);
+	case DMAR_WS_PONG:
+		return 0;
+	case DMAR_WS_CLOSE:
+		w->closed = true;
+		w->close_code = f->len >= 2 ? f->payload[0] << 8 | f->payload[1] : DMAR_WS_CLOSE_NORMAL;
+		return 0;
+	}
+	return 0;
+}
+
+/* The value of header name in the header block hdr (NUL-terminated), its
+ * length in *len; NULL if absent. */
+static const char *header_value(const char *hdr, const char *name, size_t *len)
+{
+	size_t nl = strlen(name);
+	for (const char *l = strstr(hdr, "\r\n"); l && l[2]; l = strstr(l + 2, "\r\n")) {
+		const char *s = l + 2;
+		if (strncasecmp(s, name, nl) || s[nl] != ':')
+			continue;
+		s += nl + 1;
+		while (*s == ' ' || *s == '\t')
+			s++;
+		const char *e = strstr(s, "\r\n");
+		while (e > s && (e[-1] == ' ' || e[-1] == '\t'))
+			e--;
+		*len = (size_t)(e - s);
+		return s;
+	}
+	return NULL;
+}
+
+/* The upgrade: request, then the answer up to the blank line (what came
+ * after it is the first frames: fed to the parser). */
+static int watch_handshake(struct watch *w, const struct dmar_peer *p, const char *token)
+{
+	uint8_t raw[16];
+	char key[DMAR_WS_KEY_SIZE + 1], accept[DMAR_WS_ACCEPT_SIZE], host[DMAR_PEER_URL_MAX];
+	if (getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw)) {
+		snprintf(w->why, sizeof(w->why), "getrandom: %s", strerror(errno));
+		return -EIO;
+	}
+	b64(raw, sizeof(raw), key);
+	if (dmar_ws_accept_key(key, accept) < 0)
+		return -EINVAL;
+	char *req = NULL;
+	int n = asprintf(&req,
+			 "GET /v1/events HTTP/1.1\r\n"
+			 "Host: %s\r\n"
+			 "User-Agent: dmar/%s\r\n"
+			 "Upgrade: websocket\r\n"
+			 "Connection: Upgrade\r\n"
+			 "Sec-WebSocket-Key: %s\r\n"
+			 "Sec-WebSocket-Version: 13\r\n"
+			 "%s%s%s"
+			 "\r\n",
+			 cli_peer_address(p, host, sizeof(host)), PACKAGE_VERSION, key, token ? "Authorization: Bearer " : "",
+			 token ? token : "", token ? "\r\n" : "");
+	if (n < 0)
+		return -ENOMEM;
+	int r = watch_send(w, req, (size_t)n);
+	explicit_bzero(req, (size_t)n);
+	free(req);
+	if (r < 0) {
+		snprintf(w->why, sizeof(w->why), "sending the upgrade request: %s", strerror(-r));
+		return r;
+	}
+
+	char *buf = malloc(WATCH_HDR_MAX + 1);
+	if (!buf)
+		return -ENOMEM;
+	size_t have = 0;
+	char *end = NULL;
+	while (!end) {
+		if (have == WATCH_HDR_MAX) {
+			snprintf(w->why, sizeof(w->why), "answer headers over %u bytes", WATCH_HDR_MAX);
+			r = -EPROTO;
+			goto out;
+		}
+		ssize_t got = watch_recv(w, buf + have, WATCH_HDR_MAX - have, WATCH_IO_MS);
+		if (got <= 0) {
+			r = got == 0 ? -ECONNRESET : (int)got;
+			snprintf(w->why, sizeof(w->why), "waiting for the upgrade: %s",
+				 got == 0 ? "connection closed" : strerror(-r));
+			goto out;
+		}
+		have += (size_t)got;
+		buf[have] = 0;
+		end = strstr(buf, "\r\n\r\n");
+	}
+	end[2] = 0; /* the header block keeps its last CRLF */
+	int status = 0;
+	if (sscanf(buf, "HTTP/1.%*d %d", &status) != 1) {
+		snprintf(w->why, sizeof(w->why), "not an HTTP answer");
+		r = -EPROTO;
+		goto out;
+	}
+	if (status != 101) {
+		/* An error answer carries {"error": ...} when the node sent one
+		 * whole with its headers. */
+		json_t *body = json_loadb(end + 4, have - (size_t)(end + 4 - buf), 0, NULL);
+		const char *msg = json_string_value(json_object_get(body, "error"));
+		const char *en = json_string_value(json_object_get(body, "errno"));
+		r = status == 401 ? -EKEYREJECTED : en ? dmar_wire_errno_from_name(en) : -EPROTO;
+		snprintf(w->why, sizeof(w->why), "HTTP %d%s%s%s", status, msg ? ": " : "", msg ? msg : "",
+			 status == 401 && !token ? " (no token: --token FILE or $DMAR_TOKEN_FILE)" : "");
+		json_decref(body);
+		goto out;
+	}
+	size_t vl = 0;
+	const char *v = header_value(buf, "Sec-WebSocket-Accept", &vl);
+	if (!v || vl != strlen(accept) || memcmp(v, accept, vl)) {
+		snprintf(w->why, sizeof(w->why), "wrong or missing Sec-WebSocket-Accept in the 101 answer");
+		r = -EPROTO;
+		goto out;
+	}
+	v = header_value(buf, "Upgrade", &vl);
+	if (!v || vl != 9 || strncasecmp(v, "websocket", 9)) {
+		snprintf(w->why, sizeof(w->why), "the 101 answer does not upgrade to websocket");
+		r = -EPROTO;
+		goto out;
+	}
+	struct dmar_error err = { 0 };
+	r = dmar_ws_parser_feed(w->parser, end + 4, have - (size_t)(end + 4 - buf), &err);
+	if (r < 0)
+		snprintf(w->why, sizeof(w->why), "%s", err.code ? err.msg : strerror(-r));
+out:
+	free(buf);
+	return r;
+}
+
+static int watch_run(struct watch *w, struct cli_net *net, const struct dmar_peer *p)
+{
+	char url[DMAR_PEER_URL_MAX + 16];
+	if (dmar_peers_url(p, url, DMAR_PEER_URL_MAX) < 0)
+		return -ENAMETOOLONG;
+	strcat(url, "/v1/events");
+	if (!(w->h = curl_easy_init()))
+		return -ENOMEM;
+	curl_easy_setopt(w->h, CURLOPT_URL, url);
+	curl_easy_setopt(w->h, CURLOPT_CONNECT_ONLY, 1L);
+	curl_easy_setopt(w->h, CURLOPT_CONNECTTIMEOUT_MS, (long)WATCH_CONNECT_MS);
+	curl_easy_setopt(w->h, CURLOPT_NOSIGNAL, 1L);
+	if (net->tls_ca)
+		curl_easy_setopt(w->h, CURLOPT_CAINFO, net->tls_ca);
+	char cerr[CURL_ERROR_SIZE] = "";
+	curl_easy_setopt(w->h, CURLOPT_ERRORBUFFER, cerr);
+	CURLcode cc = curl_easy_perform(w->h);
+	if (cc != CURLE_OK) {
+		snprintf(w->why, sizeof(w->why), "%s", cerr[0] ? cerr : curl_easy_strerror(cc));
+		return cc == CURLE_COULDNT_CONNECT ? -ECONNREFUSED
+		       : cc == CURLE_OPERATION_TIMEDOUT ? -ETIMEDOUT
+		       : cc == CURLE_COULDNT_RESOLVE_HOST ? -EHOSTUNREACH : -EIO;
+	}
+	if (curl_easy_getinfo(w->h, CURLINFO_ACTIVESOCKET, &w->sock) != CURLE_OK || w->sock == CURL_SOCKET_BAD) {
+		snprintf(w->why, sizeof(w->why), "no socket from libcurl");
+		return -EIO;
+	}
+	int r = dmar_ws_parser_new(&w->parser, WATCH_MSG_MAX, DMAR_WS_MASK_FORBIDDEN, on_frame, w);
+	if (r < 0)
+		return r;
+	if ((r = watch_handshake(w, p, net->token)) < 0)
+		return r;
+
+	uint8_t buf[64 << 10];
+	while (!w->closed && !(w->count && w->events >= w->count)) {
+		ssize_t n = watch_recv(w, buf, sizeof(buf), -1);
+		if (n == -EINTR)
+			return -EINTR;
+		if (n <= 0) {
+			snprintf(w->why, sizeof(w->why), "%s", n == 0 ? "connection closed without a close frame"
+								      : strerror((int)-n));
+			return n == 0 ? -ECONNRESET : (int)n;
+		}
+		struct dmar_error err = { 0 };
+		if ((r = dmar_ws_parser_feed(w->parser, buf, (size_t)n, &err)) < 0) {
+			snprintf(w->why, sizeof(w->why), "%s", err.code ? err.msg : strerror(-r));
+			watch_close(w, r == -EMSGSIZE ? DMAR_WS_CLOSE_TOO_BIG : DMAR_WS_CLOSE_PROTOCOL);
+			return r;
+		}
+	}
+	return 0;
+}
+
+int cmd_watch(int argc, char **argv)
+{
+	static const struct option lo[] = {
+		{ "peers", required_argument, NULL, OPT_PEERS },
+		{ "token", required_argument, NULL, OPT_TOKEN },
+		{ "tls-ca", required_argument, NULL, OPT_TLS_CA },
+		{ "count", required_argument, NULL, OPT_COUNT },
+		{ "help", no_argument, NULL, 'h' },
+		{ 0 },
+	};
+	struct cli_net net = { 0 };
+	struct watch w = { .sock = CURL_SOCKET_BAD };
+	int c;
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, ":h", lo, NULL)) != -1) {
+		if (net_option(c, &net))
+			continue;
+		switch (c) {
+		case OPT_COUNT: {
+			char *e;
+			errno = 0;
+			unsigned long long v = strtoull(optarg, &e, 10);
+			if (errno || e == optarg || *e || *optarg == '-' || v == 0)
+				return cli_usage("invalid --count '%s' (a number of events, 1 or more)", optarg);
+			w.count = v;
+			break;
+		}
+		case 'h': fputs(watch_help, stdout); return 0;
+		case ':': return cli_usage("option '%s' needs an argument", argv[optind - 1]);
+		default: return cli_usage("unknown option '%s'", argv[optind - 1]);
+		}
+	}
+	if (optind >= argc)
+		return cli_usage("watch needs a NODE (a name from the peers file)%s", "");
+	if (argc - optind > 1)
+		return cli_usage("watch takes one NODE (got '%s' more)", argv[optind + 1]);
+	w.node = argv[optind];
+	if (cli_net_load(&net) < 0)
+		return 1;
+	const struct dmar_peer *p = cli_net_peer(&net, w.node);
+	if (!p) {
+		cli_net_free(&net);
+		return 1;
+	}
+	struct sigaction sa;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_watch_signal; /* no SA_RESTART: poll wakes up */
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGHUP, &sa, NULL);
+
+	int r = watch_run(&w, &net, p);
+	int status = 0;
+	if (r == -EINTR || (r == 0 && !w.closed)) {
+		/* We end it: a masked close, then a moment for the node's. */
+		watch_stop = 0;
+		if (watch_close(&w, DMAR_WS_CLOSE_NORMAL) == 0) {
+			uint8_t buf[4096];
+			double t0 = cli_now();
+			while (!w.closed && cli_now() - t0 < 1.0) {
+				ssize_t n = watch_recv(&w, buf, sizeof(buf), 250);
+				if (n == -ETIMEDOUT)
+					continue;
+				if (n <= 0 || dmar_ws_parser_feed(w.parser, buf, (size_t)n, NULL) < 0)
+					break;
+			}
+		}
+	} else if (r == 0 && w.closed) {
+		watch_close(&w, w.close_code == DMAR_WS_CLOSE_NORMAL || w.close_code == DMAR_WS_CLOSE_GOING_AWAY ?
+					w.close_code : DMAR_WS_CLOSE_NORMAL);
+		if (w.count && w.events < w.count) {
+			cli_err("%s: the node closed the stream (code %d) after %" PRIu64 " of %" PRIu64 " events", w.node,
+				w.close_code, w.events, w.count);
+			status = 1;
+		}
+	} else {
+		char why[400], addr[DMAR_PEER_URL_MAX];
+		struct dmar_error e = { .code = r };
+		snprintf(e.msg, sizeof(e.msg), "%s", w.why[0] ? w.why : strerror(-r));
+		cli_err("%s (%s): %s", w.node, cli_peer_address(p, addr, sizeof(addr)),
+			cli_net_why(r, &e, why, sizeof(why)));
+		status = 1;
+	}
+	dmar_ws_parser_free(w.parser);
+	free(w.msg);
+	if (w.h)
+		curl_easy_cleanup(w.h);
+	cli_net_free(&net);
+	return status;
+}
