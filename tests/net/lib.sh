@@ -280,6 +280,11 @@ net_cleanup() {
 	_nrc=$?
 	set +e
 	trap - EXIT
+	# A second signal must not cut the cleanup short: timeout(1) sends its
+	# TERM to the child and then to the whole process group, so a test run
+	# under it gets two.  A no-op trap (not '': children would inherit an
+	# ignored signal) lets the cleanup run to the end.
+	trap : INT TERM
 	for _x in $NET_NODES; do net_node_reap "$_x"; done
 	for _x in $NET_PIDS; do net_stop_pid "$_x"; done
 	for _x in $NET_NSES; do net_ns_del "$_x"; done
