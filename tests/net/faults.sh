@@ -151,6 +151,13 @@ $WIRE recipe "$T/r-good" "$good:70000" || fail "wire.py recipe"
 code=$(net_api a b PUT /v1/files/good.bin -H 'Content-Type: application/x-dmar-recipe' --data-binary "@$T/r-good")
 [ "$code" = 201 ] || fail "commit of the uploaded good chunk answered $code: $(cat "$T/api.body")"
 [ "$(digest "$B/good.bin")" = "$(digest "$T/good.bin")" ] || fail "b's good.bin is not the good chunk's bytes"
+# a recipe that shows bytes past the end of that (held) chunk: refused,
+# not a read beyond it
+$WIRE recipe "$T/r-beyond" "$good:1000:69500" || fail "wire.py recipe"
+code=$(net_api a b PUT /v1/files/beyond.bin -H 'Content-Type: application/x-dmar-recipe' --data-binary "@$T/r-beyond")
+[ "$code" = 400 ] || fail "a recipe showing bytes 69500..70500 of a 70000-byte chunk answered $code: $(cat "$T/api.body")"
+[ ! -e "$B/beyond.bin" ] || fail "beyond.bin exists at b after a refused commit"
+kill -0 "$NODE_PID_b" 2>/dev/null || fail "b's daemon died on a recipe past a chunk's end"
 
 # ---- e: the client's re-send of a 422'd chunk --------------------------------
 
