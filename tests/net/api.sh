@@ -13,7 +13,11 @@
 #    recipes (bad magic, truncated, bad checksum), a wrong Content-Type,
 #    an id list not a multiple of 32 bytes, a malformed chunk batch: 400
 #    (415) naming what is wrong;
+#  - namespace errors: a commit over a directory, under a file, in no
+#    directory, If-None-Match: * over a file (412), the root (400);
 #  - an unknown endpoint 404, a wrong method 405 with Allow;
+#  - 70 idle connections that send nothing (no token needed to open one)
+#    must not lock an authenticated client out;
 #  - GET /v1/node: name, arena.size, arena.used;
 # and after all that b still serves (a cp through a/@b/), its daemon is
 # alive and its log has no sanitizer report.  Last, a node refuses to
@@ -281,6 +285,20 @@ for c in "magic:magic" "trunc:truncated" "extra:after the last record"; do
 	has_error "${c#*:}" "batch $f"
 done
 
+check "namespace errors: commit over a dir / under a file / in no dir, If-None-Match, the root"
+$WIRE recipe "$T/r-zero" || fail "wire.py recipe"
+for c in "400:d" "400:victim.bin/x" "404:nodir/x" "400:"; do
+	expect "${c%%:*}" "commit at '${c#*:}'" PUT "/v1/files/${c#*:}" -H 'Content-Type: application/x-dmar-recipe' --data-binary "@$T/r-zero"
+done
+expect 412 "commit with If-None-Match: * over victim.bin" PUT /v1/files/victim.bin -H 'If-None-Match: *' \
+	-H 'Content-Type: application/x-dmar-recipe' --data-binary "@$T/r-zero"
+expect 400 "DELETE of the root" DELETE /v1/files
+expect 400 "DELETE of the root/" DELETE /v1/files/
+expect 409 "DELETE of a non-empty dir" DELETE /v1/files/d
+expect 400 "mkdir under a file" PUT /v1/dirs/victim.bin/x
+expect 400 "the recipe of a dir" GET /v1/recipes/d
+unchanged "the namespace errors"
+
 # ---- routing ----------------------------------------------------------------------
 
 check "unknown endpoints 404, wrong methods 405 with Allow"
@@ -303,6 +321,21 @@ used=$(json_get "$T/api.body" arena.used) || fail "GET /v1/node: no arena.used"
 [ "$size" = $((256 * MiB)) ] || fail "GET /v1/node: arena.size is $size, the mount has size=256m"
 [ "$used" -gt $((4 * MiB)) ] && [ "$used" -le "$size" ] || fail "GET /v1/node: arena.used $used (b holds 4 MiB of data)"
 grep -qi '^Content-Type: *application/json' "$T/api.hdr" || fail "GET /v1/node is not application/json"
+
+check "70 idle connections that never send a request do not lock authenticated clients out"
+# Anyone who reaches the port can open them: no token is needed to hold
+# a connection.  While they are open, GET /v1/node with the token must
+# still be answered.
+out=$(net_exec a "$NET_PY" -c '
+import socket, subprocess, sys, time
+ss = [socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=5) for _ in range(70)]
+time.sleep(1)
+r = subprocess.run(["curl", "-sS", "--max-time", "10", "-o", "/dev/null", "-w", "%{http_code}", "-H", "@" + sys.argv[3],
+                    "http://%s:%s/v1/node" % (sys.argv[1], sys.argv[2])], capture_output=True, text=True)
+print(r.stdout, r.stderr.strip())
+' "$(net_addr_of b)" "$NET_PORT" "$NET_TOKEN.hdr")
+case $out in 200*) ;; *) fail_later "with 70 idle unauthenticated connections open, GET /v1/node with the token got: $out" ;; esac
+alive "70 idle connections (closed again)"
 
 # ---- still serving ----------------------------------------------------------------
 
