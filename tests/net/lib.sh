@@ -42,6 +42,15 @@
 #   net_curl NAME CURLARGS...  curl from NAME's namespace, bounded, with the
 #                              token's Authorization header when there is one
 #   net_url NAME [PATH]        http://ADDR:PORT of NAME's node, plus PATH
+#   net_api FROM NODE METHOD PATH [CURLARGS...]
+#                              one request from FROM's namespace to NODE's
+#                              API (with the token, as net_curl): prints the
+#                              HTTP status, the body in $T/api.body, the
+#                              headers in $T/api.hdr
+#   json_get FILE KEY[.KEY...] a member of the JSON object in FILE (arrays
+#                              by index); exit 1 if absent
+#   net_node_info NAME KEY[.KEY...]
+#                              a member of NAME's GET /v1/node
 #   net_ping NAME ADDR [N]     N (1) ICMP echoes from NAME; 0 if all answered
 #   net_bytes NAME [DEV]       rx + tx bytes of DEV (eth0) in NAME, as
 #                              /proc/net/dev counts them (L2 frames)
@@ -271,6 +280,11 @@ net_cleanup() {
 	_nrc=$?
 	set +e
 	trap - EXIT
+	# A second signal must not cut the cleanup short: timeout(1) sends its
+	# TERM to the child and then to the whole process group, so a test run
+	# under it gets two.  A no-op trap (not '': children would inherit an
+	# ignored signal) lets the cleanup run to the end.
+	trap : INT TERM
 	for _x in $NET_NODES; do net_node_reap "$_x"; done
 	for _x in $NET_PIDS; do net_stop_pid "$_x"; done
 	for _x in $NET_NSES; do net_ns_del "$_x"; done
@@ -296,6 +310,40 @@ net_curl() {
 	else
 		net_exec "$_from" curl -sS --connect-timeout 3 --max-time "${NET_CURL_MAX:-60}" "$@"
 	fi
+}
+
+# net_api FROM NODE METHOD PATH [CURLARGS...]: see the top.  A request
+# curl could not make at all prints 000.
+net_api() {
+	_from=$1 _to=$2 _m=$3 _p=$4
+	shift 4
+	: >"$T/api.body"
+	: >"$T/api.hdr"
+	net_curl "$_from" --path-as-is -X "$_m" -o "$T/api.body" -D "$T/api.hdr" -w '%{http_code}' \
+		"$@" "$(net_url "$_to" "$_p")" 2>"$T/api.err" || :
+}
+
+# json_get FILE KEY[.KEY...]: see the top.  Strings as they are, other
+# values as JSON.
+json_get() {
+	"$NET_PY" - "$1" "$2" <<'EOF'
+import json, sys
+try:
+    v = json.load(open(sys.argv[1]))
+    for k in sys.argv[2].split("."):
+        v = v[int(k)] if isinstance(v, list) else v[k]
+except (ValueError, KeyError, IndexError, TypeError):
+    sys.exit(1)
+print(v if isinstance(v, str) else json.dumps(v))
+EOF
+}
+
+# net_node_info NAME KEY: a member of NAME's GET /v1/node, asked from its
+# own namespace.
+net_node_info() {
+	_c=$(net_api "$1" "$1" GET /v1/node)
+	[ "$_c" = 200 ] || fail "GET /v1/node on $1 answered '$_c': $(cat "$T/api.body" "$T/api.err" 2>/dev/null)"
+	json_get "$T/api.body" "$2" || fail "GET /v1/node on $1 has no $2: $(cat "$T/api.body")"
 }
 
 # net_peers_file [FILE]: "NAME ADDR:PORT" for every node namespace.
