@@ -24,10 +24,17 @@
 
 /* How long an uploaded chunk waits for the commit that uses it. */
 #define STAGE_SECONDS 600
+/* When the arena is full, staged chunks older than this are dropped to
+ * make room: an upload that failed (its sender got ENOSPC and gave up)
+ * must not hold the arena for STAGE_SECONDS.  A transfer still running
+ * keeps its recent chunks; if it loses older ones its commit is answered
+ * with the missing ids and it sends them again. */
+#define STAGE_PRESSURE_MS 2000
 
 struct stage {
 	struct dmar_id id;
 	uint64_t expires;    /* CLOCK_MONOTONIC seconds */
+	uint64_t added_ms;   /* CLOCK_MONOTONIC milliseconds of the last upload */
 	struct stage *next;
 };
 
@@ -58,6 +65,13 @@ static uint64_t mono(void)
 	struct timespec t;
 	clock_gettime(CLOCK_MONOTONIC, &t);
 	return (uint64_t)t.tv_sec;
+}
+
+static uint64_t mono_ms(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
 }
 
 static double now_seconds(void)
@@ -113,6 +127,7 @@ static void stage_add(struct dmarfs_node *n, const struct dmar_id *id)
 	for (struct stage *s = n->stage[b]; s; s = s->next)
 		if (!memcmp(s->id.b, id->b, DMAR_HASH_SIZE)) {
 			s->expires = t + STAGE_SECONDS;
+			s->added_ms = mono_ms();
 			pthread_mutex_unlock(&n->stage_lock);
 			dmar_store_unref(CTX(n)->arena, id);
 			return;
@@ -121,6 +136,7 @@ static void stage_add(struct dmarfs_node *n, const struct dmar_id *id)
 	if (s) {
 		s->id = *id;
 		s->expires = t + STAGE_SECONDS;
+		s->added_ms = mono_ms();
 		s->next = n->stage[b];
 		n->stage[b] = s;
 		n->nstaged++;
@@ -148,6 +164,29 @@ static void stage_release(struct dmarfs_node *n, const struct dmar_recipe *r)
 			}
 	}
 	pthread_mutex_unlock(&n->stage_lock);
+}
+
+/* Drop the stages older than STAGE_PRESSURE_MS; how many went. */
+static size_t stage_shed(struct dmarfs_node *n)
+{
+	uint64_t limit = mono_ms() - STAGE_PRESSURE_MS;
+	size_t gone = 0;
+	pthread_mutex_lock(&n->stage_lock);
+	for (size_t b = 0; b < STAGE_BUCKETS && n->nstaged; b++)
+		for (struct stage **p = &n->stage[b]; *p;) {
+			struct stage *s = *p;
+			if (s->added_ms > limit) {
+				p = &s->next;
+				continue;
+			}
+			*p = s->next;
+			dmar_store_unref(CTX(n)->arena, &s->id);
+			free(s);
+			n->nstaged--;
+			gone++;
+		}
+	pthread_mutex_unlock(&n->stage_lock);
+	return gone;
 }
 
 static void stage_clear(struct dmarfs_node *n)
@@ -411,6 +450,8 @@ static int op_put_chunk(void *ctx, const struct dmar_wire_chunk *c, const uint8_
 {
 	struct dmarfs_node *n = ctx;
 	int r = dmar_fsctx_chunk_put(CTX(n), c, decoded);
+	if (r == -ENOSPC && stage_shed(n))
+		r = dmar_fsctx_chunk_put(CTX(n), c, decoded);
 	if (r == -ENOSPC)
 		return dmar_error_set(err, r, "arena full: %" PRIu64 " of %" PRIu64 " bytes used",
 				      dmar_arena_used(CTX(n)->arena), dmar_arena_size(CTX(n)->arena));
@@ -803,6 +844,14 @@ static void self_url(const struct dmarfs_node_config *cfg, bool tls, char *buf, 
 	snprintf(buf, cap, "%s://%s:%s", tls ? "https" : "http", host, port);
 }
 
+/* "127.0.0.1:7420", "[::1]:7420", "localhost:7420" or a bare "PORT". */
+static bool listen_is_loopback(const char *l)
+{
+	if (!strchr(l, ':'))
+		return true;
+	return !strncmp(l, "127.", 4) || !strncmp(l, "[::1]:", 6) || !strncmp(l, "localhost:", 10);
+}
+
 int dmarfs_node_new(struct dmarfs_node **out, struct dmarfs *fs, const struct dmarfs_node_config *cfg,
 		    struct dmar_error *err)
 {
@@ -819,6 +868,13 @@ int dmarfs_node_new(struct dmarfs_node **out, struct dmarfs *fs, const struct dm
 	}
 	if (cfg->token && (r = dmar_token_load(cfg->token, &n->token, err)) < 0)
 		goto fail;
+	if (cfg->serve && !cfg->token && cfg->listen && !listen_is_loopback(cfg->listen)) {
+		/* The server refuses it too; saying so before mounting keeps a
+		 * mount from flickering into existence. */
+		r = dmar_error_set(err, -EPERM, "listen=%s is beyond loopback: that needs token=FILE (a shared secret)",
+				   cfg->listen);
+		goto fail;
+	}
 	if (cfg->peers && (r = dmar_peers_load(cfg->peers, &n->peers, err)) < 0)
 		goto fail;
 	size_t np = n->peers ? dmar_peers_count(n->peers) : 0;

@@ -58,10 +58,15 @@
 #include "server.h"
 #include "ws.h"
 
-#define CONNECTIONS_DEFAULT 64
+/* Connections at once, each on its own thread (mostly asleep: an idle
+ * one costs a stack's virtual memory, not CPU).  Many, and a per-address
+ * share, because a connection needs no token to be opened: a few dozen
+ * idle sockets must not lock the node's peers out. */
+#define CONNECTIONS_DEFAULT 1024
+#define CONNECTIONS_PER_IP 256
 #define JSON_BODY_MAX (1u << 20)
 #define CONN_MEMORY (512u << 10)    /* MHD's per-connection buffer: bigger pieces of upload */
-#define IDLE_TIMEOUT_S 120
+#define IDLE_TIMEOUT_S 60
 #define WS_CLIENTS_MAX 64
 #define WS_BACKLOG_MAX (1u << 20)   /* a slower client is dropped */
 #define WS_FRAME_MAX 4096           /* what a client may send us: control frames, in practice */
@@ -1599,6 +1604,7 @@ int dmar_server_start(struct dmar_server **out, const struct dmar_server_opts *o
 	s->d = MHD_start_daemon(flags, 0, NULL, NULL, handle, s,
 				MHD_OPTION_LISTEN_SOCKET, fd,
 				MHD_OPTION_CONNECTION_LIMIT, conns,
+				MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)(conns < CONNECTIONS_PER_IP ? conns : CONNECTIONS_PER_IP),
 				MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)IDLE_TIMEOUT_S,
 				MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONN_MEMORY,
 				MHD_OPTION_UNESCAPE_CALLBACK, keep_escapes, NULL,

@@ -90,7 +90,8 @@ struct dmar_server_opts {
 			       * further capped at 1 MiB. */
 	unsigned threads;     /* connections served at once, each on its own thread (so a
 			       * long POST /v1/transfers or a big upload never holds up
-			       * another); further ones wait in the listen queue.  0: 64 */
+			       * another); further ones wait in the listen queue.  0: 1024, at most 256
+			       * from one address */
 };
 
 struct dmar_server;
