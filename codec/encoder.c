@@ -6,7 +6,8 @@
  *   workers:       hash each chunk, drop the ones the reference set holds,
  *                  compress, build the block record;
  *   caller thread: collects finished blocks in submission order and writes
- *                  them, folding their checks into the end record.
+ *                  them, folding their checks into the end record; while
+ *                  it waits for one, it runs queued blocks itself.
  * A ring of `threads + 2` block slots bounds memory and keeps every worker
  * busy while the caller reads the next window.
  */
@@ -401,7 +402,10 @@ int dmar_encoder_new(struct dmar_encoder **out, const struct dmar_encoder_opts *
 	e->max_chunks = dmar_block_max_chunks(&chk);
 	/* The caller thread reads and cuts (about half the work per byte:
 	 * the chunker runs near the speed of SHA-256), so it counts as one
-	 * of the threads: -T2 is the caller plus one hashing worker. */
+	 * of the threads: -T2 is the caller plus one hashing worker.  When
+	 * the ring is full the caller hashes queued blocks itself (the pool
+	 * lets the owner help), so neither core idles whichever stage is
+	 * slower; it uses the last compression context. */
 	unsigned workers = o->threads > 1 ? o->threads - 1 : 0;
 	e->ring_cap = workers ? workers + 3 : 1;
 	int r = -ENOMEM;
