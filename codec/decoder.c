@@ -34,13 +34,18 @@ struct buf {
 	size_t cap;
 };
 
+/* Room for n bytes; the old contents are not kept (every caller fills
+ * the buffer afresh).  Block-sized buffers go on huge pages, see
+ * dmar_block_buf_alloc: read(), zstd, SHA-256 and write() each stream
+ * through them. */
 static int buf_reserve(struct buf *b, size_t n)
 {
 	if (n <= b->cap)
 		return 0;
-	uint8_t *p = realloc(b->p, n);
+	uint8_t *p = n >= (1u << 20) ? dmar_block_buf_alloc(n) : malloc(n);
 	if (!p)
 		return -ENOMEM;
+	free(b->p);
 	b->p = p;
 	b->cap = n;
 	return 0;

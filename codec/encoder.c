@@ -16,7 +16,6 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #define ZSTD_STATIC_LINKING_ONLY
@@ -292,24 +291,6 @@ static int cut_blocks(struct dmar_encoder *e, bool eof)
 	return 0;
 }
 
-/* Windows are 2 MiB aligned and asked to be backed by huge pages: the
- * chunker and SHA-256 stream through every byte, and on 4 KiB pages the
- * TLB misses alone (a two-level walk under virtualisation) cost more than
- * reading the input in.  Rounding up to 2 MiB costs at most one huge page
- * a window; without THP this is just an aligned malloc. */
-static uint8_t *alloc_window(size_t len)
-{
-	enum { HUGE = 2u << 20 };
-	size_t cap = (len + HUGE - 1) & ~(size_t)(HUGE - 1);
-	void *p;
-	if (posix_memalign(&p, HUGE, cap) != 0)
-		return NULL;
-#ifdef MADV_HUGEPAGE
-	madvise(p, cap, MADV_HUGEPAGE);
-#endif
-	return p;
-}
-
 static ZSTD_CCtx *new_cctx(const struct dmar_encoder_opts *o)
 {
 	ZSTD_CCtx *c = ZSTD_createCCtx();
@@ -442,7 +423,7 @@ int dmar_encoder_new(struct dmar_encoder **out, const struct dmar_encoder_opts *
 			goto fail;
 	}
 	for (unsigned i = 0; i < e->ring_cap + 1; i++) {
-		e->spare[i] = alloc_window(e->win_cap);
+		e->spare[i] = dmar_block_buf_alloc(e->win_cap);
 		if (!e->spare[i])
 			goto fail;
 		e->nspare++;
