@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 #include "config.h"
 
+#include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/uio.h>
 
 #include "block.h"
@@ -21,4 +23,17 @@ void dmar_block_check(uint64_t index, uint64_t offset, const uint8_t *hdr12, con
 	struct dmar_id h;
 	dmar_hash_iov(iov, 4, &h);
 	memcpy(out, h.b, 8);
+}
+
+void *dmar_block_buf_alloc(size_t len)
+{
+	enum { HUGE = 2u << 20 };
+	size_t cap = (len + HUGE - 1) & ~(size_t)(HUGE - 1);
+	void *p;
+	if (!cap || posix_memalign(&p, HUGE, cap) != 0)
+		return NULL;
+#ifdef MADV_HUGEPAGE
+	madvise(p, cap, MADV_HUGEPAGE);
+#endif
+	return p;
 }

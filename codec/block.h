@@ -6,6 +6,7 @@
 #ifndef DMAR_BLOCK_H
 #define DMAR_BLOCK_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "chunker.h"
@@ -32,6 +33,14 @@ static inline unsigned dmar_log2(uint32_t v)
 {
 	return 31u - (unsigned)__builtin_clz(v);
 }
+
+/* A buffer for a block's bytes (free with free()), or NULL: 2 MiB aligned
+ * and asked to be backed by huge pages.  Every byte of a block is streamed
+ * through by the chunker, SHA-256, zstd and read()/write() copies; on
+ * 4 KiB pages the TLB misses alone (a two-level walk under virtualisation)
+ * cost more than the work.  Rounding up to 2 MiB costs at most one huge
+ * page a buffer; without THP this is just an aligned malloc. */
+void *dmar_block_buf_alloc(size_t len);
 
 /* Block check: SHA-256 over the block's index and the file offset of its
  * first byte (le64 each: a dropped, repeated or reordered block fails its

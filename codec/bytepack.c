@@ -55,6 +55,59 @@ static int pack_from_dict(const void *dict, size_t len, struct dmar_bytepack **o
 	return 0;
 }
 
+/*
+ * The trainer builds its candidate dictionaries from the first 75 % of the
+ * samples and scores them on the last 25 %.  Samples arrive in input order
+ * (one directory after another), so unshuffled the score is taken on the
+ * last directories only and what they hold never reaches the dictionary:
+ * on the small files of /usr/include that made a pack 2.9 % worse than a
+ * `zstd --train` dictionary of the same size, which shuffles its inputs
+ * first.  So do we, with a fixed seed: mining the same samples gives the
+ * same pack.  Returns a malloc'ed copy in *obuf / *osizes, or -ENOMEM.
+ */
+static int shuffle_samples(const uint8_t *samples, const size_t *sizes, unsigned n, size_t total,
+			   uint8_t **obuf, size_t **osizes)
+{
+	size_t *off = malloc(n * sizeof(*off));
+	unsigned *order = malloc(n * sizeof(*order));
+	uint8_t *buf = malloc(total ? total : 1);
+	size_t *sz = malloc(n * sizeof(*sz));
+	if (!off || !order || !buf || !sz) {
+		free(off);
+		free(order);
+		free(buf);
+		free(sz);
+		return -ENOMEM;
+	}
+	size_t o = 0;
+	for (unsigned i = 0; i < n; i++) {
+		off[i] = o;
+		o += sizes[i];
+		order[i] = i;
+	}
+	uint64_t x = UINT64_C(0x9E3779B97F4A7C15); /* xorshift64, fixed seed */
+	for (unsigned i = n - 1; i > 0; i--) {
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		unsigned k = (unsigned)(x % ((uint64_t)i + 1));
+		unsigned t = order[i];
+		order[i] = order[k];
+		order[k] = t;
+	}
+	o = 0;
+	for (unsigned i = 0; i < n; i++) {
+		memcpy(buf + o, samples + off[order[i]], sizes[order[i]]);
+		sz[i] = sizes[order[i]];
+		o += sz[i];
+	}
+	free(off);
+	free(order);
+	*obuf = buf;
+	*osizes = sz;
+	return 0;
+}
+
 int dmar_bytepack_train(const void *samples, const size_t *sizes, unsigned n, size_t dict_cap,
 			unsigned threads, struct dmar_bytepack **out, struct dmar_error *err)
 {
@@ -81,7 +134,15 @@ int dmar_bytepack_train(const void *samples, const size_t *sizes, unsigned n, si
 	prm.steps = 4;
 	prm.nbThreads = threads > 1 ? threads : 1;
 	prm.zParams.compressionLevel = 3;
-	size_t r = ZDICT_optimizeTrainFromBuffer_fastCover(dict, dict_cap, samples, sizes, n, &prm);
+	uint8_t *mixed;
+	size_t *mixed_sizes;
+	if (shuffle_samples(samples, sizes, n, total, &mixed, &mixed_sizes) < 0) {
+		free(dict);
+		return dmar_error_set(err, -ENOMEM, "out of memory for the byte pack samples");
+	}
+	size_t r = ZDICT_optimizeTrainFromBuffer_fastCover(dict, dict_cap, mixed, mixed_sizes, n, &prm);
+	free(mixed);
+	free(mixed_sizes);
 	if (ZDICT_isError(r)) {
 		free(dict);
 		return dmar_error_set(err, -EINVAL, "mining failed: %s (give more or larger samples)",

@@ -3,7 +3,8 @@
  * The decoder mirrors the encoder's pipeline: the caller thread parses and
  * validates each record and reads its payload; workers decompress, fetch
  * absent chunks from the reference set, re-hash every chunk and compare the
- * block check; the caller writes verified blocks in order.
+ * block check; the caller writes verified blocks in order, and decodes
+ * queued blocks itself while it waits for the next one to write.
  *
  * Every length comes from outside, so each is checked against format.h's
  * limits before it sizes an allocation, and buffers grow only to the
@@ -33,13 +34,18 @@ struct buf {
 	size_t cap;
 };
 
+/* Room for n bytes; the old contents are not kept (every caller fills
+ * the buffer afresh).  Block-sized buffers go on huge pages, see
+ * dmar_block_buf_alloc: read(), zstd, SHA-256 and write() each stream
+ * through them. */
 static int buf_reserve(struct buf *b, size_t n)
 {
 	if (n <= b->cap)
 		return 0;
-	uint8_t *p = realloc(b->p, n);
+	uint8_t *p = n >= (1u << 20) ? dmar_block_buf_alloc(n) : malloc(n);
 	if (!p)
 		return -ENOMEM;
+	free(b->p);
 	b->p = p;
 	b->cap = n;
 	return 0;
@@ -522,8 +528,10 @@ static int setup(struct dec *d)
 					      "reference data was cut with other chunk sizes than the artifact's");
 	}
 	unsigned t = o->threads ? o->threads : 1;
-	/* Parsing is cheap; the workers do all the heavy work. */
-	int r = dmar_pool_new(&d->pool, t > 1 ? t : 0);
+	/* Parsing and writing are cheap, and while it waits for a block the
+	 * caller decodes queued ones itself (with the last context), so it
+	 * counts as one of the threads: -T2 is the caller plus one worker. */
+	int r = dmar_pool_new(&d->pool, t - 1);
 	if (r < 0)
 		return dmar_error_errno(d->err, r, "decoder");
 	d->ring_cap = t > 1 ? t + 2 : 1;

@@ -84,9 +84,10 @@ int dmar_encoder_feed(struct dmar_encoder *e, const void *buf, size_t len);
  * nothing yet; finish follows.  0 or -errno. */
 int dmar_encoder_feed_map(struct dmar_encoder *e, const void *buf, size_t len);
 
-/* Read fd to EOF into the encoder (a regular file at offset 0 is mapped,
- * through feed_map).  progress (may be NULL) is called with
- * the running input byte count every few MiB. */
+/* Read fd to EOF into the encoder, through the window (no mapping: a
+ * file that changes meanwhile gives changed bytes, never a signal).
+ * progress (may be NULL) is called with the running input byte count
+ * every few MiB and at the end. */
 int dmar_encoder_feed_fd(struct dmar_encoder *e, int fd, void (*progress)(void *, uint64_t),
 			 void *pctx);
 

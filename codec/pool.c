@@ -23,6 +23,28 @@ struct worker_arg {
 	unsigned idx;
 };
 
+/* Take the oldest queued job, or NULL.  Called with the lock held. */
+static struct dmar_pool_job *take(struct dmar_pool *p)
+{
+	struct dmar_pool_job *j = p->head;
+	if (j) {
+		p->head = j->next;
+		if (!p->head)
+			p->tail = NULL;
+	}
+	return j;
+}
+
+/* Run j outside the lock (held on entry and on return). */
+static void run(struct dmar_pool *p, struct dmar_pool_job *j, unsigned worker)
+{
+	pthread_mutex_unlock(&p->lock);
+	j->fn(j, worker);
+	pthread_mutex_lock(&p->lock);
+	j->done = true;
+	pthread_cond_broadcast(&p->finished);
+}
+
 static void *worker_main(void *arg)
 {
 	struct worker_arg wa = *(struct worker_arg *)arg;
@@ -33,17 +55,10 @@ static void *worker_main(void *arg)
 	for (;;) {
 		while (!p->head && !p->stop)
 			pthread_cond_wait(&p->work, &p->lock);
-		if (!p->head)
+		struct dmar_pool_job *j = take(p);
+		if (!j)
 			break;
-		struct dmar_pool_job *j = p->head;
-		p->head = j->next;
-		if (!p->head)
-			p->tail = NULL;
-		pthread_mutex_unlock(&p->lock);
-		j->fn(j, wa.idx);
-		pthread_mutex_lock(&p->lock);
-		j->done = true;
-		pthread_cond_broadcast(&p->finished);
+		run(p, j, wa.idx);
 	}
 	pthread_mutex_unlock(&p->lock);
 	return NULL;
@@ -107,9 +122,18 @@ void dmar_pool_wait(struct dmar_pool *p, struct dmar_pool_job *job)
 {
 	if (p->threads == 0)
 		return;
+	/* Rather than sleep while jobs wait in the queue, the owner runs
+	 * them: with one worker, cutting (or parsing) on the owner and
+	 * hashing on the worker then share both cores, instead of the owner
+	 * idling whenever the worker is the slower stage. */
 	pthread_mutex_lock(&p->lock);
-	while (!job->done)
-		pthread_cond_wait(&p->finished, &p->lock);
+	while (!job->done) {
+		struct dmar_pool_job *j = take(p);
+		if (j)
+			run(p, j, p->threads);
+		else
+			pthread_cond_wait(&p->finished, &p->lock);
+	}
 	pthread_mutex_unlock(&p->lock);
 }
 

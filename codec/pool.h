@@ -6,8 +6,11 @@
  *
  * With threads == 0 there are no threads: dmar_pool_submit runs the job at
  * once in the caller, so single-threaded runs pay nothing for the pool.
+ * Otherwise the owner, while it waits, runs queued jobs itself: it counts
+ * as one more worker, so `threads` workers keep threads + 1 cores busy.
  * Submit and wait must be called from one thread (the owner); job
- * functions run on workers and must only touch their own job.
+ * functions run on workers (or the owner) and must only touch their own
+ * job.
  */
 #ifndef DMAR_POOL_H
 #define DMAR_POOL_H
@@ -17,8 +20,10 @@
 struct dmar_pool;
 
 struct dmar_pool_job {
-	/* Runs on a worker; worker is in [0, max(threads, 1)) and lets a job use
-	 * per-worker scratch (compression contexts) without locking. */
+	/* Runs on a worker; worker is in [0, threads] (threads is the owner
+	 * itself, helping while it waits) and lets a job use per-worker
+	 * scratch (compression contexts) without locking: give the pool
+	 * threads + 1 sets of scratch. */
 	void (*fn)(struct dmar_pool_job *job, unsigned worker);
 	struct dmar_pool_job *next; /* protected by the pool mutex */
 	bool done;                  /* protected by the pool mutex */
@@ -28,7 +33,8 @@ struct dmar_pool_job {
 int dmar_pool_new(struct dmar_pool **out, unsigned threads);
 unsigned dmar_pool_threads(const struct dmar_pool *p);
 void dmar_pool_submit(struct dmar_pool *p, struct dmar_pool_job *job);
-/* Block until job (submitted earlier) has finished. */
+/* Block until job (submitted earlier) has finished, running queued jobs
+ * in the meantime. */
 void dmar_pool_wait(struct dmar_pool *p, struct dmar_pool_job *job);
 /* Waits for queued jobs, then joins the workers.  NULL-safe. */
 void dmar_pool_free(struct dmar_pool *p);

@@ -1,7 +1,7 @@
 #!/bin/sh
 # Memory use is bounded and independent of file size: pack and unpack a
 # large file (8 GiB by default, DMAR_MEMTEST_SIZE to change) through the
-# mapped-file path and through a pipe, and check peak RSS stays far below
+# regular-file path and through a pipe, and check peak RSS stays far below
 # 1 GiB.  The file is sparse (zeros), so the test costs CPU, not disk.
 set -eu
 : "${DMAR:?DMAR must point at the dmar binary}"
@@ -24,7 +24,7 @@ check() { # what kib
 	[ "$2" -lt "$limit_kb" ] || { echo "FAIL: $1 used $2 KiB"; exit 1; }
 }
 
-r=$(peak "$DMAR" pack -q -T2 -o "$work/big.dmar" "$work/big"); check "pack (mapped file, $size)" "$r"
+r=$(peak "$DMAR" pack -q -T2 -o "$work/big.dmar" "$work/big"); check "pack (regular file, $size)" "$r"
 r=$(peak sh -c "cat '$work/big' | '$DMAR' pack -q -T2 -c > '$work/pipe.dmar'"); check "pack (pipe, $size)" "$r"
 r=$(peak sh -c "'$DMAR' unpack -q -T2 -c '$work/big.dmar' | cmp - '$work/big'"); check "unpack (to a pipe, $size)" "$r"
 logical=$("$DMAR" info "$work/big.dmar" | sed -n 's/^logical size: \([0-9]*\).*/\1/p')
