@@ -9,6 +9,9 @@
  * namespace and the chunk store -- comes from the node through struct
  * dmar_node_ops, so the API can be tested with a fake node and no FUSE.
  *
+ * Paths reach the callbacks percent-decoded, checked by
+ * dmar_wire_path_check, and without a trailing '/'.
+ *
  * Threads: the callbacks run on the server's threads, several at once;
  * the node makes them thread-safe.  Each returns 0 or a negative errno; on
  * error it may fill err with a message (the server answers with
@@ -77,22 +80,29 @@ struct dmar_node_ops {
 #define DMAR_SERVER_MISSING_LIST 4096
 
 struct dmar_server_opts {
-	const char *listen;   /* "ADDR:PORT", "[V6ADDR]:PORT" or "PORT"; NULL: 127.0.0.1:7420.
+	const char *listen;   /* "ADDR:PORT", "[V6ADDR]:PORT", "localhost:PORT" or "PORT" (on
+			       * 127.0.0.1), numeric addresses only; NULL: 127.0.0.1:7420.
 			       * Port 0 picks a free one (dmar_server_port). */
-	const char *token;    /* the shared secret itself (not a file), or NULL */
+	const char *token;    /* the shared secret itself (not a file), or NULL; "" is refused */
 	const char *tls_cert; /* PEM file paths: both or neither (then plain HTTP) */
 	const char *tls_key;
-	uint64_t max_body;    /* bytes; 0: DMAR_SERVER_BODY_MAX_DEFAULT */
-	unsigned threads;     /* 0: 4 */
+	uint64_t max_body;    /* bytes; 0: DMAR_SERVER_BODY_MAX_DEFAULT.  JSON bodies are
+			       * further capped at 1 MiB. */
+	unsigned threads;     /* connections served at once, each on its own thread (so a
+			       * long POST /v1/transfers or a big upload never holds up
+			       * another); further ones are not served until one ends.
+			       * 0: 64 */
 };
 
 struct dmar_server;
 
 /*
  * Start serving.  Refuses (-EPERM with a message) to listen on a
- * non-loopback address without a token.  Returns 0, -EINVAL (bad listen
- * address, one of cert/key without the other, unreadable TLS files),
- * -EADDRINUSE..., with err saying why.
+ * non-loopback address without a token.  Every callback of ops must be
+ * set; ops and ctx must outlive the server.  Returns 0, -EINVAL (bad
+ * listen address, an op missing, an empty token, one of cert/key without
+ * the other, unreadable or invalid TLS files), -ENOTSUP (no TLS in this
+ * libmicrohttpd), -EADDRINUSE, -EADDRNOTAVAIL..., with err saying why.
  */
 int dmar_server_start(struct dmar_server **out, const struct dmar_server_opts *o, const struct dmar_node_ops *ops,
 		      void *ctx, struct dmar_error *err);
@@ -102,8 +112,9 @@ void dmar_server_stop(struct dmar_server *s);
 uint16_t dmar_server_port(const struct dmar_server *s);
 /* Send ev (a JSON object; the server adds "time", a float of seconds since
  * the epoch) to every websocket client of /v1/events.  Steals the
- * reference.  Never blocks on a slow client: one that falls more than
- * 1 MiB behind is dropped.  Thread-safe. */
+ * reference (a NULL s or ev is fine: nothing is sent).  Never blocks on a
+ * slow client: one that falls more than 1 MiB behind is dropped.
+ * Thread-safe, but not concurrently with or after dmar_server_stop. */
 void dmar_server_event(struct dmar_server *s, json_t *ev);
 
 #endif /* DMAR_SERVER_H */
