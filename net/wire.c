@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -181,6 +182,7 @@ struct dmar_batch_parser {
 	bool have_hdr;
 	int failed;       /* sticky error */
 	uint8_t *buf;
+	size_t cap;       /* bytes allocated at buf (<= BATCH_BUF_MAX) */
 	size_t have;      /* bytes in buf */
 	size_t need;      /* bytes the piece in buf needs in all (header, record) */
 };
@@ -273,10 +275,26 @@ static int deliver(struct dmar_batch_parser *p, struct dmar_wire_chunk *c, const
 	return 0;
 }
 
+/*
+ * Append n bytes of the piece in progress (p->have + n <= p->need <=
+ * BATCH_BUF_MAX).  buf grows with the largest piece seen, not to the
+ * maximum at once: a batch of small chunks split across feeds costs a few
+ * KiB, not 4 MiB, per parser.
+ */
 static int buffer(struct dmar_batch_parser *p, const uint8_t *d, size_t n)
 {
-	if (!p->buf && !(p->buf = malloc(BATCH_BUF_MAX)))
-		return fail(p, -ENOMEM);
+	if (p->need > p->cap) {
+		size_t cap = p->cap * 2 > p->need ? p->cap * 2 : p->need;
+		if (cap < 4096)
+			cap = 4096;
+		if (cap > BATCH_BUF_MAX)
+			cap = BATCH_BUF_MAX;
+		uint8_t *b = realloc(p->buf, cap);
+		if (!b)
+			return fail(p, -ENOMEM);
+		p->buf = b;
+		p->cap = cap;
+	}
 	memcpy(p->buf + p->have, d, n);
 	p->have += n;
 	return 0;
@@ -286,7 +304,7 @@ int dmar_batch_parser_feed(struct dmar_batch_parser *p, const void *data, size_t
 {
 	const uint8_t *d = data;
 	if (p->failed)
-		return p->failed;
+		return dmar_error_set(err, p->failed, "chunk batch: parsing stopped at an earlier error");
 	while (len) {
 		if (p->have_hdr && p->seen == p->count && p->have == 0)
 			return fail(p, dmar_error_set(err, -EBADMSG, "chunk batch: %zu bytes after the last record",
@@ -358,7 +376,7 @@ int dmar_batch_parser_feed(struct dmar_batch_parser *p, const void *data, size_t
 int dmar_batch_parser_finish(struct dmar_batch_parser *p, struct dmar_error *err)
 {
 	if (p->failed)
-		return p->failed;
+		return dmar_error_set(err, p->failed, "chunk batch: parsing stopped at an earlier error");
 	if (!p->have_hdr)
 		return fail(p, dmar_error_set(err, -EBADMSG, "chunk batch: truncated: %zu of %d header bytes",
 					      p->have, DMAR_BATCH_HDR_SIZE));
@@ -406,6 +424,8 @@ int dmar_wire_chunk_verify(const struct dmar_wire_chunk *c, struct ZSTD_DCtx_s *
 
 int dmar_wire_path_check(const char *path, struct dmar_error *err)
 {
+	if (!path)
+		return dmar_error_set(err, -EINVAL, "path: missing");
 	size_t len = strlen(path);
 	if (len > 4095)
 		return dmar_error_set(err, -EINVAL, "path: longer than 4095 bytes");
@@ -446,14 +466,24 @@ static const struct {
 	{ ETIMEDOUT, "ETIMEDOUT", 504 },                             { EIO, "EIO", 500 },
 };
 
-const char *dmar_wire_errno_name(int e)
+/* The table entry for e or -e; -1 for an unnamed one (and for INT_MIN,
+ * which has no positive counterpart to negate into). */
+static int errno_index(int e)
 {
+	if (e == INT_MIN)
+		return -1;
 	if (e < 0)
 		e = -e;
 	for (size_t i = 0; i < sizeof(errnos) / sizeof(errnos[0]); i++)
 		if (errnos[i].e == e)
-			return errnos[i].name;
-	return "EIO";
+			return (int)i;
+	return -1;
+}
+
+const char *dmar_wire_errno_name(int e)
+{
+	int i = errno_index(e);
+	return i < 0 ? "EIO" : errnos[i].name;
 }
 
 int dmar_wire_errno_from_name(const char *name)
@@ -467,10 +497,6 @@ int dmar_wire_errno_from_name(const char *name)
 
 int dmar_wire_http_status(int e)
 {
-	if (e < 0)
-		e = -e;
-	for (size_t i = 0; i < sizeof(errnos) / sizeof(errnos[0]); i++)
-		if (errnos[i].e == e)
-			return errnos[i].status;
-	return 500;
+	int i = errno_index(e);
+	return i < 0 ? 500 : errnos[i].status;
 }

@@ -170,17 +170,19 @@ int dmar_wire_chunk_verify(const struct dmar_wire_chunk *c, struct ZSTD_DCtx_s *
  * 255 bytes, the whole at most 4095.  "" is the root.  A trailing '/' is
  * allowed.  0 or -EINVAL with err saying why.
  */
-int dmar_wire_path_check(const char *path, struct dmar_error *err);
+int dmar_wire_path_check(const char *path, struct dmar_error *err); /* NULL: -EINVAL */
 
-/* "ENOSPC" for -ENOSPC (or ENOSPC); "EIO" for anything unnamed. */
+/* "ENOSPC" for -ENOSPC (or ENOSPC); "EIO" for anything unnamed (0 too).
+ * The names are those of the table behind dmar_wire_http_status. */
 const char *dmar_wire_errno_name(int e);
 /* -ENOSPC for "ENOSPC"; -EIO for an unknown or NULL name. */
 int dmar_wire_errno_from_name(const char *name);
-/* The HTTP status an error answers with: 404 ENOENT, 409 EEXIST/ENOTEMPTY/
- * ENODATA (missing chunks), 507 ENOSPC, 403 EACCES/EPERM/EROFS, 400
- * EINVAL/EBADMSG/ENOTDIR/EISDIR, 413 EFBIG/E2BIG, 401 EKEYREJECTED, 422
- * EILSEQ (a chunk does not match its id), 503 EAGAIN/ENOMEM, 502
- * ECONNREFUSED/EHOSTUNREACH (a peer), 504 ETIMEDOUT, 500 the rest. */
+/* The HTTP status an error answers with (e or -e): 404 ENOENT, 409
+ * EEXIST/ENOTEMPTY/EMLINK/ENODATA (missing chunks), 507 ENOSPC/EDQUOT, 403
+ * EACCES/EPERM/EROFS, 400 EINVAL/EBADMSG/ENOTDIR/EISDIR/ENAMETOOLONG/EXDEV,
+ * 413 EFBIG/E2BIG, 401 EKEYREJECTED, 422 EILSEQ (a chunk does not match its
+ * id), 503 EAGAIN/ENOMEM, 501 ENOTSUP, 502 ECONNREFUSED/EHOSTUNREACH (a
+ * peer), 504 ETIMEDOUT, 500 EIO and the rest. */
 int dmar_wire_http_status(int e);
 
 #endif /* DMAR_WIRE_H */

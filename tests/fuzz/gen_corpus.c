@@ -5,22 +5,30 @@
  * Not part of the build: run it by hand when the format changes.  From a
  * configured build directory BUILD:
  *
- *   make -C BUILD codec/libdmarcodec.la
- *   cc -std=gnu11 -I BUILD -I codec -I tests/fuzz tests/fuzz/gen_corpus.c \
- *      BUILD/codec/.libs/libdmarcodec.a -lzstd -lcrypto -lpthread -o /tmp/gen_corpus
+ *   make -C BUILD codec/libdmarcodec.la net/libdmarnet.la
+ *   cc -std=gnu11 -I BUILD -I codec -I net -I tests/fuzz tests/fuzz/gen_corpus.c \
+ *      BUILD/net/.libs/libdmarnet.a BUILD/codec/.libs/libdmarcodec.a \
+ *      -lzstd -lcrypto -lpthread -o /tmp/gen_corpus
  *   /tmp/gen_corpus tests/fuzz/corpus
  *
  * It includes fuzz_decode.c so that the artifacts needing a byte pack or
  * reference data are made with exactly the pack and bases that fuzz_decode
- * builds at start-up (and it replays every decode seed through it).  Every
+ * builds at start-up (and it replays every decode seed through it).  The
+ * net/ seeds (recipe, batch, peers) are checked against their parsers
+ * here: a seed named bad-* must be refused, any other accepted.  Every
  * file stays under 64 KiB, the -max_len of tests/fuzz/run-short.sh.
  */
 #include "fuzz_decode.c"
 
 #include <sys/stat.h>
 
+#define ZSTD_STATIC_LINKING_ONLY /* ZSTD_c_format: magicless frames */
+#include <zstd.h>
+
 #include "encoder.h"
 #include "format.h"
+#include "peers.h"
+#include "wire.h"
 
 static const char *outdir;
 static unsigned nfiles;
@@ -434,6 +442,392 @@ static void gen_roundtrip(void)
 	put("roundtrip", "rt-short", "\x02", 1);
 }
 
+
+/* ---- net/: recipes, chunk batches, peers files ---------------------------- */
+
+static int is_bad(const char *name)
+{
+	return strncmp(name, "bad-", 4) == 0;
+}
+
+static void put_recipe(const char *name, const uint8_t *b, size_t len)
+{
+	struct dmar_recipe r;
+	struct dmar_error err = { 0 };
+	int rc = dmar_recipe_parse(b, len, &r, &err);
+	if ((rc == 0) == is_bad(name))
+		fz_die(name, rc ? err.msg : "a bad recipe parses");
+	if (rc == 0)
+		dmar_recipe_free(&r);
+	put("recipe", name, b, len);
+}
+
+static void reseal(uint8_t *b, size_t len)
+{
+	struct dmar_id sum;
+	dmar_hash(b, len - DMAR_RECIPE_TRAILER_SIZE, &sum);
+	memcpy(b + len - DMAR_RECIPE_TRAILER_SIZE, sum.b, DMAR_HASH_SIZE);
+}
+
+static void gen_recipe(void)
+{
+	static struct dmar_recipe_entry e[300];
+	struct dmar_recipe r = { .mode = 0644, .mtime_sec = 1700000000, .mtime_nsec = 5, .e = e };
+	static uint8_t b[DMAR_RECIPE_HDR_SIZE + 300 * DMAR_RECIPE_ENTRY_SIZE + DMAR_RECIPE_TRAILER_SIZE + 1];
+	size_t len;
+	uint64_t s = 0x7ec1;
+
+	len = dmar_recipe_wire_size(0);
+	dmar_recipe_write(&r, b, NULL);
+	put_recipe("empty", b, len);
+
+	/* One chunk, a hole, then chunks and holes mixed (with partial chunks). */
+	memset(e, 0, sizeof(e));
+	dmar_hash("one", 3, &e[0].id);
+	e[0].len = 40000;
+	r.n = 1;
+	r.size = 40000;
+	len = dmar_recipe_wire_size(r.n);
+	dmar_recipe_write(&r, b, NULL);
+	put_recipe("one-chunk", b, len);
+	e[0] = (struct dmar_recipe_entry){ .len = 1ull << 40, .kind = DMAR_RECIPE_HOLE };
+	r.size = 1ull << 40;
+	r.mode = 0600;
+	r.mtime_sec = -1;
+	dmar_recipe_write(&r, b, NULL);
+	put_recipe("one-hole", b, len);
+
+	r.size = 0;
+	r.n = 12;
+	for (size_t i = 0; i < r.n; i++) {
+		memset(&e[i], 0, sizeof(e[i]));
+		if (i % 3 == 1) {
+			e[i].kind = DMAR_RECIPE_HOLE;
+			e[i].len = 4096 * (i + 1);
+		} else {
+			dmar_hash(&i, sizeof(i), &e[i].id);
+			e[i].len = 1000 + fz_xorshift64(&s) % 30000;
+			e[i].skip = i % 4 == 0 ? (uint32_t)(fz_xorshift64(&s) % 3000) : 0;
+		}
+		r.size += e[i].len;
+	}
+	e[11].len = DMAR_WIRE_CHUNK_MAX; /* a whole largest chunk last */
+	e[11].skip = 0;
+	r.size = 0;
+	for (size_t i = 0; i < r.n; i++)
+		r.size += e[i].len;
+	r.mode = 04755;
+	r.mtime_nsec = 999999999;
+	len = dmar_recipe_wire_size(r.n);
+	dmar_recipe_write(&r, b, NULL);
+	put_recipe("mixed", b, len);
+
+	/* Damaged copies of "mixed"; those past the checksum resealed. */
+	static uint8_t c[sizeof(b)];
+	struct {
+		const char *name;
+		size_t off;
+		int width;
+		uint64_t v;
+		int seal;
+	} cases[] = {
+		{ "bad-magic", 0, 1, 'X', 1 },
+		{ "bad-version", 4, 2, 2, 1 },
+		{ "bad-flags", 6, 2, 1, 1 },
+		{ "bad-reserved", 21, 1, 1, 1 },
+		{ "bad-mode", 16, 4, 0100644, 1 },
+		{ "bad-nsec", 32, 4, 1000000000, 1 },
+		{ "bad-count", 36, 4, 13, 1 },
+		{ "bad-size", 8, 8, 1, 1 },
+		{ "bad-checksum", 60, 1, 0xee, 0 },
+		{ "bad-entry-len0", 48 + 32, 8, 0, 1 },
+		{ "bad-entry-kind", 48 + 44, 4, 2, 1 },
+		{ "bad-entry-skip", 48 + 11 * 48 + 40, 4, 1, 1 },
+		{ "bad-hole-id", 48 + 48 + 3, 1, 1, 1 },
+	};
+	for (size_t k = 0; k < sizeof(cases) / sizeof(*cases); k++) {
+		memcpy(c, b, len);
+		if (cases[k].width == 1)
+			c[cases[k].off] = (uint8_t)cases[k].v;
+		else if (cases[k].width == 2)
+			dmar_put_le16(c + cases[k].off, (uint16_t)cases[k].v);
+		else if (cases[k].width == 4)
+			dmar_put_le32(c + cases[k].off, (uint32_t)cases[k].v);
+		else
+			dmar_put_le64(c + cases[k].off, cases[k].v);
+		if (cases[k].seal)
+			reseal(c, len);
+		put_recipe(cases[k].name, c, len);
+	}
+	put_recipe("bad-truncated", b, len - 1);
+	put_recipe("bad-short", b, 40);
+	memcpy(c, b, len);
+	c[len] = 0;
+	put_recipe("bad-trailing", c, len + 1);
+
+	/* Many entries (300: 14 KiB), all small chunks of 256 bytes. */
+	r.n = 300;
+	r.size = 0;
+	for (size_t i = 0; i < r.n; i++) {
+		memset(&e[i], 0, sizeof(e[i]));
+		dmar_hash(&i, sizeof(i), &e[i].id);
+		e[i].len = 256;
+		r.size += 256;
+	}
+	len = dmar_recipe_wire_size(r.n);
+	dmar_recipe_write(&r, b, NULL);
+	put_recipe("many", b, len);
+}
+
+/* A batch seed: 3 option bytes (fuzz_batch.c), then the body. */
+struct bseed {
+	uint8_t b[65536];
+	size_t len;
+};
+
+static void bs_put(struct bseed *bs, const void *p, size_t n)
+{
+	if (bs->len + n > sizeof(bs->b))
+		fz_die("batch seed", "over 64 KiB");
+	memcpy(bs->b + bs->len, p, n);
+	bs->len += n;
+}
+
+static void bs_start(struct bseed *bs, uint16_t split, uint8_t opts, uint32_t count)
+{
+	uint8_t h[3 + DMAR_BATCH_HDR_SIZE];
+	dmar_put_le16(h, split);
+	h[2] = opts;
+	dmar_batch_write_header(h + 3, count);
+	bs->len = 0;
+	bs_put(bs, h, sizeof(h));
+}
+
+static void bs_add(struct bseed *bs, const uint8_t *data, uint32_t len, uint8_t enc)
+{
+	static uint8_t z[1 << 16];
+	struct dmar_wire_chunk c = { .enc = enc, .len = len };
+	dmar_hash(data, len, &c.id);
+	const uint8_t *payload = data;
+	if (enc == DMAR_WIRE_ZSTD) {
+		ZSTD_CCtx *cc = ZSTD_createCCtx();
+		ZSTD_CCtx_setParameter(cc, ZSTD_c_format, ZSTD_f_zstd1_magicless);
+		ZSTD_CCtx_setParameter(cc, ZSTD_c_compressionLevel, 3);
+		size_t n = ZSTD_compress2(cc, z, sizeof(z), data, len);
+		ZSTD_freeCCtx(cc);
+		if (ZSTD_isError(n))
+			fz_die("zstd", ZSTD_getErrorName(n));
+		c.stored = (uint32_t)n;
+		payload = z;
+	} else {
+		c.stored = len;
+	}
+	uint8_t h[DMAR_BATCH_REC_SIZE];
+	dmar_batch_write_record(h, &c);
+	bs_put(bs, h, sizeof(h));
+	bs_put(bs, payload, c.stored);
+}
+
+struct bcheck {
+	unsigned n, verified;
+	ZSTD_DCtx *dctx;
+	uint8_t *scratch;
+};
+
+static int bcheck_rec(void *ctx, const struct dmar_wire_chunk *c)
+{
+	struct bcheck *k = ctx;
+	const uint8_t *dec;
+	k->n++;
+	if (dmar_wire_chunk_verify(c, k->dctx, k->scratch, &dec, NULL) == 0)
+		k->verified++;
+	return 0;
+}
+
+/* Valid seeds parse and verify; bad-* ones fail somewhere: parse or verify. */
+static void put_batch(const char *name, const struct bseed *bs)
+{
+	static struct bcheck k;
+	if (!k.dctx) {
+		k.dctx = ZSTD_createDCtx();
+		k.scratch = malloc(DMAR_WIRE_CHUNK_MAX);
+	}
+	k.n = k.verified = 0;
+	struct dmar_batch_parser *p;
+	struct dmar_error err = { 0 };
+	if (dmar_batch_parser_new(&p, bs->b[2] & 63, bcheck_rec, &k) < 0)
+		fz_die(name, "parser_new");
+	int rc = dmar_batch_parser_feed(p, bs->b + 3, bs->len - 3, &err);
+	if (rc == 0)
+		rc = dmar_batch_parser_finish(p, &err);
+	dmar_batch_parser_free(p);
+	int ok = rc == 0 && k.verified == k.n;
+	if (ok == is_bad(name))
+		fz_die(name, rc ? err.msg : ok ? "a bad batch parses and verifies" : "a record fails verify");
+	put("batch", name, bs->b, bs->len);
+}
+
+static void gen_batch(void)
+{
+	static struct bseed bs, c;
+	static uint8_t text[30000], rnd[3000], zeros[1 << 20];
+	uint64_t s = 0xb47c;
+	fz_fill_text(text, sizeof(text), 0xba);
+	for (size_t i = 0; i < sizeof(rnd); i++)
+		rnd[i] = (uint8_t)(fz_xorshift64(&s) >> 24);
+	memset(zeros, 0, sizeof(zeros));
+
+	bs_start(&bs, 0, 0, 0);
+	put_batch("empty", &bs);
+
+	bs_start(&bs, 5, 1, 1);
+	bs_add(&bs, text, 1, DMAR_WIRE_RAW);
+	put_batch("one-raw-byte", &bs);
+
+	bs_start(&bs, 30, 1, 1);
+	bs_add(&bs, text, 20000, DMAR_WIRE_ZSTD);
+	put_batch("one-zstd", &bs);
+
+	/* A 1 MiB chunk of zeros in a few bytes, and a 4 MiB one. */
+	bs_start(&bs, 100, 2, 2);
+	bs_add(&bs, zeros, 1u << 20, DMAR_WIRE_ZSTD);
+	bs_add(&bs, zeros, 100, DMAR_WIRE_ZSTD);
+	put_batch("zstd-1mib-zeros", &bs);
+
+	/* Mixed raw and zstd, split at several points (with and without the
+	 * byte-at-a-time second piece). */
+	static const uint16_t splits[] = { 0, 3, 16, 17, 59, 60, 61, 500, 4000, 60000 };
+	for (size_t k = 0; k < sizeof(splits) / sizeof(*splits); k++) {
+		bs_start(&bs, splits[k], (uint8_t)(8 | (k % 2 ? 0x40 : 0)), 6);
+		bs_add(&bs, text, 3000, DMAR_WIRE_ZSTD);
+		bs_add(&bs, rnd, 1000, DMAR_WIRE_RAW);
+		bs_add(&bs, text + 5000, 1, DMAR_WIRE_ZSTD);
+		bs_add(&bs, rnd + 1000, 2000, DMAR_WIRE_ZSTD); /* incompressible */
+		bs_add(&bs, text + 9000, 256, DMAR_WIRE_RAW);
+		bs_add(&bs, text + 100, 12000, DMAR_WIRE_ZSTD);
+		char name[32];
+		snprintf(name, sizeof(name), "mixed-split-%u%s", splits[k], k % 2 ? "-bytewise" : "");
+		put_batch(name, &bs);
+	}
+
+	/* Damaged copies of a small mixed batch. */
+	bs_start(&bs, 40, 4, 3);
+	bs_add(&bs, text, 500, DMAR_WIRE_ZSTD);
+	bs_add(&bs, rnd, 300, DMAR_WIRE_RAW);
+	bs_add(&bs, text + 700, 900, DMAR_WIRE_ZSTD);
+	put_batch("small", &bs);
+	const size_t h = 3, r0 = h + DMAR_BATCH_HDR_SIZE;
+	const size_t stored0 = dmar_get_le32(bs.b + r0 + 40);
+	const size_t r1 = r0 + DMAR_BATCH_REC_SIZE + stored0;
+	struct {
+		const char *name;
+		size_t off;
+		int width;
+		uint32_t v;
+	} cases[] = {
+		{ "bad-magic", h + 0, 1, 'd' },
+		{ "bad-version", h + 4, 2, 0 },
+		{ "bad-flags", h + 6, 2, 0x8000 },
+		{ "bad-reserved", h + 12, 4, 1 },
+		{ "bad-count-over-max", h + 8, 4, 5 },
+		{ "bad-count-short", h + 8, 4, 2 },
+		{ "bad-count-long", h + 8, 4, 4 },
+		{ "bad-rec-reserved", r0 + 34, 1, 1 },
+		{ "bad-rec-enc", r1 + 32, 1, 2 },
+		{ "bad-rec-len0", r0 + 36, 4, 0 },
+		{ "bad-rec-len-huge", r1 + 36, 4, (4u << 20) + 1 },
+		{ "bad-raw-stored", r1 + 40, 4, 299 },
+		{ "bad-zstd-stored0", r0 + 40, 4, 0 },
+		{ "bad-zstd-declared-len", r0 + 36, 4, 501 },
+		{ "bad-hash", r1 + 3, 1, 0 },
+		{ "bad-raw-payload", r1 + DMAR_BATCH_REC_SIZE + 10, 1, 0 },
+		{ "bad-zstd-payload", r0 + DMAR_BATCH_REC_SIZE + 5, 1, 0xff },
+	};
+	for (size_t k = 0; k < sizeof(cases) / sizeof(*cases); k++) {
+		c = bs;
+		if (cases[k].width == 1)
+			c.b[cases[k].off] = cases[k].v ? (uint8_t)cases[k].v : (uint8_t)~c.b[cases[k].off];
+		else if (cases[k].width == 2)
+			dmar_put_le16(c.b + cases[k].off, (uint16_t)cases[k].v);
+		else
+			dmar_put_le32(c.b + cases[k].off, cases[k].v);
+		put_batch(cases[k].name, &c);
+	}
+	c = bs;
+	c.len--;
+	put_batch("bad-truncated-payload", &c);
+	c.len = r1 + 20;
+	put_batch("bad-truncated-record", &c);
+	c.len = h + 10;
+	put_batch("bad-truncated-header", &c);
+	c = bs;
+	bs_put(&c, "", 1);
+	put_batch("bad-trailing", &c);
+	/* A zstd frame with its magic number (the wire wants magicless). */
+	bs_start(&c, 0, 1, 1);
+	uint8_t framed[1024];
+	size_t fl = ZSTD_compress(framed, sizeof(framed), text, 700, 3);
+	struct dmar_wire_chunk w = { .enc = DMAR_WIRE_ZSTD, .len = 700, .stored = (uint32_t)fl };
+	dmar_hash(text, 700, &w.id);
+	uint8_t rh[DMAR_BATCH_REC_SIZE];
+	dmar_batch_write_record(rh, &w);
+	bs_put(&c, rh, sizeof(rh));
+	bs_put(&c, framed, fl);
+	put_batch("bad-zstd-with-magic", &c);
+}
+
+static void put_peers(const char *name, const char *text)
+{
+	struct dmar_peers *p;
+	struct dmar_error err = { 0 };
+	int rc = dmar_peers_parse(text, strlen(text), name, &p, &err);
+	if ((rc == 0) == is_bad(name))
+		fz_die(name, rc ? err.msg : "a bad peers file parses");
+	if (rc == 0)
+		dmar_peers_free(p);
+	put("peers", name, text, strlen(text));
+}
+
+static void gen_peers(void)
+{
+	put_peers("empty", "");
+	put_peers("comments", "# nothing here\n\n   # indented\n\t\n");
+	put_peers("basic", "a 10.0.0.1:7420\nb 10.0.0.2:7420\nc 10.0.0.3:7420\n");
+	put_peers("mixed", "# cluster\n"
+			   "node-a\t10.9.0.1:7420\n"
+			   "node-b  node-b.example.org:7420  https  # TLS\n"
+			   "  v6    [fd00::2]:8443 https\r\n"
+			   "lo [::1]:1\n"
+			   "x.y_z localhost:65535\n"
+			   "last 127.0.0.1:80");
+	static char many[40000];
+	size_t n = 0;
+	for (int i = 0; i < 1024; i++)
+		n += (size_t)snprintf(many + n, sizeof(many) - n, "p%d 10.%d.%d.1:%d\n", i, i / 256, i % 256,
+				      7000 + i);
+	put_peers("max-peers", many);
+	snprintf(many + n, sizeof(many) - n, "one-more 10.0.0.1:1\n");
+	put_peers("bad-too-many", many);
+	put_peers("bad-duplicate", "a 10.0.0.1:7420\nb 10.0.0.2:7420\na 10.0.0.3:7420\n");
+	put_peers("bad-port", "a 10.0.0.1:70000\n");
+	put_peers("bad-port0", "a 10.0.0.1:0\n");
+	put_peers("bad-no-port", "a 10.0.0.1\n");
+	put_peers("bad-v6-brackets", "a ::1:7420\n");
+	put_peers("bad-v6", "a [::g]:7420\n");
+	put_peers("bad-ipv4", "a 10.0.0.300:7420\n");
+	put_peers("bad-hostname", "a -x.lan:7420\n");
+	put_peers("bad-name", "a/b 10.0.0.1:7420\n");
+	put_peers("bad-option", "a 10.0.0.1:7420 tls\n");
+	put_peers("bad-fields", "a 10.0.0.1:7420 https more\n");
+	put_peers("bad-no-address", "lonely\n");
+	put_peers("bad-url", "a https://10.0.0.1:7420\n");
+	static char line[1100];
+	memset(line, ' ', 1025);
+	memcpy(line, "a 1.2.3.4:5", 11);
+	line[1025] = '\n';
+	put_peers("bad-long-line", line);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 2) {
@@ -445,6 +839,9 @@ int main(int argc, char **argv)
 	gen_decode();
 	gen_bytepack();
 	gen_roundtrip();
+	gen_recipe();
+	gen_batch();
+	gen_peers();
 	printf("gen_corpus: %u files in %s\n", nfiles, outdir);
 	return 0;
 }

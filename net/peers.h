@@ -1,0 +1,101 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * peers.h - the nodes a node talks to, and the shared secret it talks with.
+ *
+ * A peers file is written like an MPI hostfile: one peer a line,
+ *
+ *     # name   address            [https]
+ *     a        10.0.0.1:7420
+ *     b        node-b.lan:7420    https
+ *     c        [fd00::3]:7420
+ *
+ * NAME is 1..63 of [A-Za-z0-9._-], unique in the file; it is how a
+ * transfer names its destination ("to": "b").  The address is HOST:PORT
+ * with HOST an IPv4 address (four decimal bytes), a hostname (dot-separated
+ * labels of [A-Za-z0-9-], 1..63 each, not starting or ending with '-', 253
+ * in all) or an IPv6 address in brackets (as inet_pton(3) reads it, no zone
+ * id); PORT is 1..65535 in decimal.  A third field "https" makes the
+ * client use TLS.  Fields are separated by spaces or tabs; '#' starts a
+ * comment that runs to the end of the line; blank lines, leading and
+ * trailing whitespace and CRLF line ends are fine.
+ *
+ * Limits: at most DMAR_PEERS_MAX peers, lines of at most
+ * DMAR_PEERS_LINE_MAX bytes (without the line end), no NUL byte; a file
+ * of at most DMAR_PEERS_FILE_MAX bytes.
+ *
+ * The parser takes untrusted bytes: anything else is refused with -EINVAL
+ * and a message naming the file and line ("peers.txt:3: duplicate name b
+ * (first on line 1)").  A parsed list is immutable, so any number of
+ * threads may read it at once.
+ */
+#ifndef DMAR_PEERS_H
+#define DMAR_PEERS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "error.h"
+
+#define DMAR_PEERS_MAX 1024
+#define DMAR_PEERS_LINE_MAX 1024
+#define DMAR_PEERS_FILE_MAX (4u << 20)
+#define DMAR_PEER_NAME_MAX 63
+#define DMAR_PEER_HOST_MAX 253
+
+struct dmar_peer {
+	const char *name; /* NUL-terminated, owned by the list */
+	const char *host; /* as written, but an IPv6 address without its brackets */
+	uint16_t port;    /* 1..65535 */
+	bool tls;         /* "https" */
+};
+
+struct dmar_peers;
+
+/*
+ * Parse len bytes of a peers file into a new list (*out; free with
+ * dmar_peers_free).  name is the file's name in messages (NULL: "peers").
+ * Returns 0, -EINVAL (err: "NAME:LINE: what"), or -ENOMEM.  *out is
+ * written only on success.  An input without peers gives an empty list.
+ */
+int dmar_peers_parse(const void *buf, size_t len, const char *name, struct dmar_peers **out,
+		     struct dmar_error *err);
+/* Read and parse the file at path.  Also -ENOENT, -EACCES... (err: "path:
+ * No such file or directory"), -EINVAL for what is not a regular file, and
+ * -EFBIG for a file over DMAR_PEERS_FILE_MAX bytes. */
+int dmar_peers_load(const char *path, struct dmar_peers **out, struct dmar_error *err);
+void dmar_peers_free(struct dmar_peers *p); /* NULL-safe */
+
+size_t dmar_peers_count(const struct dmar_peers *p);
+/* The i-th peer in file order, or NULL for i >= count.  Valid until the
+ * list is freed. */
+const struct dmar_peer *dmar_peers_get(const struct dmar_peers *p, size_t i);
+/* The peer called name (exact, case-sensitive), or NULL. */
+const struct dmar_peer *dmar_peers_find(const struct dmar_peers *p, const char *name);
+
+/*
+ * The peer's base URL for dmar_client_opts.url: "http://10.0.0.2:7420",
+ * "https://[::1]:7420" (no trailing '/').  Writes at most cap bytes with
+ * the NUL; returns the length without it, or -ENOBUFS (buf then holds ""
+ * if cap > 0).  DMAR_PEER_URL_MAX bytes always suffice.
+ */
+#define DMAR_PEER_URL_MAX (sizeof("https://[]:65535") + DMAR_PEER_HOST_MAX)
+int dmar_peers_url(const struct dmar_peer *peer, char *buf, size_t cap);
+
+/*
+ * Read the shared secret (the bearer token) from the file at path, refusing
+ * it, as ssh refuses a private key, when group or others have any access
+ * to the file (-EPERM: "token: permissions 0644 are too open..."); it must
+ * be a regular file of at most DMAR_TOKEN_FILE_MAX bytes.  The secret is the first line with
+ * trailing whitespace (spaces, tabs, CR) removed: 16..4096 printable ASCII
+ * characters without spaces (-EINVAL otherwise; the message never quotes
+ * the file).  *secret is malloc'd; the caller should explicit_bzero it
+ * before free.  Returns 0, -EPERM, -EINVAL, -EFBIG, -ENOMEM, or the errno
+ * of open/read (-ENOENT...).  *secret is written only on success.
+ */
+#define DMAR_TOKEN_MIN 16
+#define DMAR_TOKEN_MAX 4096
+#define DMAR_TOKEN_FILE_MAX (64u << 10)
+int dmar_token_load(const char *path, char **secret, struct dmar_error *err);
+
+#endif /* DMAR_PEERS_H */
