@@ -173,16 +173,16 @@ static void progress_end(struct cp_progress *p)
 	pthread_mutex_destroy(&p->lock);
 }
 
-static void summary(const char *what, const struct dmar_xfer_stats *st)
+static void summary(const char *failed, const char *what, const struct dmar_xfer_stats *st)
 {
 	if (cli_verbosity < 1)
 		return;
 	char a[32], w[32], es[32], ws[32];
 	double s = st->seconds > 0 ? st->seconds : 1e-9;
 	fprintf(stderr,
-		"%s: %" PRIu64 " bytes (%s), %" PRIu64 " chunks, %" PRIu64 " sent, wire %" PRIu64
+		"%s%s: %" PRIu64 " bytes (%s), %" PRIu64 " chunks, %" PRIu64 " sent, wire %" PRIu64
 		" bytes (%s), %" PRIu64 " round trips, %.3f s, effective %s, wire %s\n",
-		what, st->logical, cli_human(st->logical, a), st->chunks, st->sent_chunks, st->wire_bytes,
+		failed, what, st->logical, cli_human(st->logical, a), st->chunks, st->sent_chunks, st->wire_bytes,
 		cli_human(st->wire_bytes, w), st->round_trips, st->seconds, cli_rate(st->logical / s, es),
 		cli_rate(st->wire_bytes / s, ws));
 }
@@ -482,8 +482,10 @@ static int cp_push(struct endpoint *s, struct endpoint *d, bool noreplace)
 			cli_err("%s: already exists (-n)", where);
 		else
 			report(where, ret, &err);
+		if (cli_verbosity >= 2)
+			summary("(failed) ", what, &xs);
 	} else {
-		summary(what, &xs);
+		summary("", what, &xs);
 		status = 0;
 	}
 	dmar_recipe_free(&r);
@@ -696,7 +698,7 @@ static int cp_pull(struct endpoint *s, struct endpoint *d, bool noreplace)
 	xs.chunks = nids;
 	xs.seconds = cli_now() - t0;
 	xs.round_trips += 1; /* the recipe */
-	summary(what, &xs);
+	summary("", what, &xs);
 	status = 0;
 out_recipe:
 	pthread_mutex_destroy(&ld.lock);
@@ -769,7 +771,7 @@ static int cp_transfer(struct endpoint *s, struct endpoint *d, bool noreplace)
 		.seconds = cli_now() - t0,
 	};
 	json_decref(res);
-	summary(what, &xs);
+	summary("", what, &xs);
 	status = 0;
 out:
 	free(name);

@@ -1555,6 +1555,9 @@ int dmar_server_start(struct dmar_server **out, const struct dmar_server_opts *o
 	int r = parse_listen(o->listen, &ss, &sl, &loopback, err);
 	if (r < 0)
 		return r;
+	if (!ops || !ops->info || !ops->stat || !ops->remove || !ops->mkdir || !ops->have || !ops->put_chunk ||
+	    !ops->commit || !ops->recipe || !ops->get_chunk || !ops->transfer)
+		return dmar_error_set(err, -EINVAL, "server: every node operation must be given");
 	if (o->token && !*o->token)
 		return dmar_error_set(err, -EINVAL, "token: empty");
 	if (!loopback && !o->token)

@@ -90,17 +90,19 @@ struct dmar_server_opts {
 			       * further capped at 1 MiB. */
 	unsigned threads;     /* connections served at once, each on its own thread (so a
 			       * long POST /v1/transfers or a big upload never holds up
-			       * another); further ones wait in the listen queue.  0: 1024, at most 256
-			       * from one address */
+			       * another); further ones are not served until one ends.
+			       * 0: 1024, at most 256 from one address */
 };
 
 struct dmar_server;
 
 /*
  * Start serving.  Refuses (-EPERM with a message) to listen on a
- * non-loopback address without a token.  Returns 0, -EINVAL (bad listen
- * address, one of cert/key without the other, unreadable TLS files),
- * -EADDRINUSE..., with err saying why.
+ * non-loopback address without a token.  Every callback of ops must be
+ * set; ops and ctx must outlive the server.  Returns 0, -EINVAL (bad
+ * listen address, an op missing, an empty token, one of cert/key without
+ * the other, unreadable or invalid TLS files), -ENOTSUP (no TLS in this
+ * libmicrohttpd), -EADDRINUSE, -EADDRNOTAVAIL..., with err saying why.
  */
 int dmar_server_start(struct dmar_server **out, const struct dmar_server_opts *o, const struct dmar_node_ops *ops,
 		      void *ctx, struct dmar_error *err);

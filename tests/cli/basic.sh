@@ -14,7 +14,7 @@ cd "$W" || exit 1
 # --- help and version -------------------------------------------------------
 expect_exit 0 "$DMAR" --help
 expect_stderr_empty "(--help)"
-for w in pack unpack mine info; do
+for w in pack unpack mine info cp nodes watch; do
 	check "--help mentions '$w'"
 	grep -qw -- "$w" "$(stdout_file)" || fail "--help does not mention '$w'"
 done
@@ -33,7 +33,7 @@ check "--version: first line is exactly 'dmar (dmarfs) $version'"
 	fail "--version printed '$(head -n 1 "$(stdout_file)")'"
 expect_stderr_empty "(--version)"
 
-for cmd in pack unpack mine info; do
+for cmd in pack unpack mine info cp nodes watch; do
 	expect_exit 0 "$DMAR" "$cmd" --help
 	check "'$cmd --help' prints help on stdout naming '$cmd'"
 	grep -qw -- "$cmd" "$(stdout_file)" || fail "'$cmd --help' stdout does not mention '$cmd'"
@@ -51,7 +51,7 @@ expect_stderr "frobnicate" "(names the unknown command)"
 expect_stdout_empty "(unknown command)"
 
 printf 'hello\n' >small
-for cmd in pack unpack mine info; do
+for cmd in pack unpack mine info cp nodes watch; do
 	expect_exit 2 "$DMAR" "$cmd" --no-such-option small
 	expect_stderr_nonempty
 	expect_stdout_empty "($cmd with an unknown option)"
@@ -65,6 +65,19 @@ for bad in "-20" "-L 23" "-L 0x" "-L abc" "-L -1" "-T abc" "-T -1"; do
 	expect_stderr_nonempty
 	expect_no_file bad.dmar
 done
+
+# The node commands' usage errors need no node: both sides local, a missing
+# argument, a bad --count or stream count.
+for bad in "cp small copy" "cp small" "watch" "watch --count 0 a" "cp -T 0x small a:x" "nodes extra"; do
+	# shellcheck disable=SC2086
+	expect_exit 2 "$DMAR" $bad
+	expect_stderr_nonempty
+	expect_stdout_empty "(dmar $bad)"
+done
+expect_no_file copy
+# A peers file that is not there: exit 1, named.
+expect_exit 1 "$DMAR" nodes --peers no-such-peers-file
+expect_stderr "no-such-peers-file"
 
 # --- failures: exit 1 with the file name ------------------------------------
 expect_exit 1 "$DMAR" pack no-such-input-file
