@@ -73,7 +73,7 @@
 #define DMAR_BATCH_CHUNKS 256u
 /* A batch whose chunks are mostly compressible travels as one zstd stream
  * (Content-Encoding: zstd) at this level. */
-#define DMAR_BATCH_ZSTD_LEVEL 3
+#define DMAR_BATCH_ZSTD_LEVEL 5
 /* Pull asks for this many ids a request: the sizes are unknown before the
  * answer, and 256 chunks of the default 32 KiB average make about 8 MiB. */
 #define DMAR_FETCH_CHUNKS 256u
