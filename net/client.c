@@ -24,11 +24,16 @@
  *      request, sequentially;
  *   2. upload: the workers take missing chunks from a shared cursor and
  *      form batches of about DMAR_BATCH_BYTES or DMAR_BATCH_CHUNKS chunks.
- *      A batch is sized before it is sent (the source hands out references
- *      and compressible chunks are compressed into the worker's scratch),
- *      so the request has a Content-Length and the read callback streams
- *      the record headers and payloads straight from the source's memory:
- *      nothing is copied into a batch buffer.  Chunks the peer rejected
+ *      Each chunk is probed for compressibility.  A batch of mostly
+ *      compressible chunks is compressed as a whole (one level-3 zstd
+ *      stream over the raw records, the source's zstd chunks decoded) into
+ *      the worker's buffer and sent with Content-Encoding: zstd: one stream
+ *      sees what the chunks share, which per-chunk frames cannot.  Any
+ *      other batch is sized before it is sent (compressible chunks are
+ *      compressed one by one into the worker's scratch), so the request
+ *      has a Content-Length and the read callback streams the record
+ *      headers and payloads straight from the source's memory: nothing is
+ *      copied into a batch buffer.  Chunks the peer rejected
  *      (422) are sent once more, fetched afresh from the source;
  *   3. commit: PUT the recipe.  It is the only step that creates the file
  *      on the peer, so a failure anywhere before leaves no file (uploaded
@@ -66,6 +71,9 @@
  * DMAR_BATCH_BYTES + DMAR_WIRE_CHUNK_MAX plus headers). */
 #define DMAR_BATCH_BYTES (8u << 20)
 #define DMAR_BATCH_CHUNKS 256u
+/* A batch whose chunks are mostly compressible travels as one zstd stream
+ * (Content-Encoding: zstd) at this level. */
+#define DMAR_BATCH_ZSTD_LEVEL 5
 /* Pull asks for this many ids a request: the sizes are unknown before the
  * answer, and 256 chunks of the default 32 KiB average make about 8 MiB. */
 #define DMAR_FETCH_CHUNKS 256u
@@ -965,6 +973,7 @@ struct push_rec {
 	const uint8_t *payload;      /* what goes on the wire */
 	uint32_t stored;
 	uint32_t idx;
+	bool compressible;           /* the source's zstd, or a raw chunk that passed the probe */
 };
 
 struct push_stream {
@@ -974,6 +983,13 @@ struct push_stream {
 	size_t scratch_cap, scratch_used;
 	struct push_rec rec[DMAR_BATCH_CHUNKS];
 	unsigned n;
+	uint64_t raw_bytes, zable_bytes; /* the batch's decoded bytes, those of compressible chunks */
+	/* whole-batch compression (Content-Encoding: zstd) */
+	ZSTD_CCtx *bzc;   /* level 3, standard frame */
+	ZSTD_DCtx *dz;    /* decodes the source's zstd chunks */
+	uint8_t *zbody;   /* the compressed body */
+	size_t zbody_cap, zbody_len;
+	uint8_t *plain;   /* one decoded chunk (DMAR_WIRE_CHUNK_MAX) */
 	uint8_t hdr[DMAR_BATCH_HDR_SIZE];
 	/* read cursor: part 0 is the batch header, then 2 parts a record */
 	size_t part, off;
@@ -989,19 +1005,24 @@ struct push_stream {
  * one spot (codec/encoder.c probes blocks the same way).  Returns the
  * frame size in dst, or 0: send it raw.
  */
-static size_t wire_compress(ZSTD_CCtx *zc, uint8_t *dst, size_t cap, const uint8_t *src, size_t len)
+static bool wire_probe(ZSTD_CCtx *zc, uint8_t *dst, size_t cap, const uint8_t *src, size_t len)
 {
 	enum { S = 512, N = 8 };
 	if (len < 256)
-		return 0; /* the frame and record overhead eat what it could save */
+		return false; /* the frame and record overhead eat what it could save */
 	if (len >= 4 * N * S) {
 		uint8_t sample[N * S];
 		for (size_t k = 0; k < N; k++)
 			memcpy(sample + k * S, src + (len - S) * k / (N - 1), S);
 		size_t c = ZSTD_compress2(zc, dst, cap, sample, sizeof(sample));
 		if (ZSTD_isError(c) || c > sizeof(sample) - sizeof(sample) / 16)
-			return 0;
+			return false;
 	}
+	return true;
+}
+
+static size_t wire_compress(ZSTD_CCtx *zc, uint8_t *dst, size_t cap, const uint8_t *src, size_t len)
+{
 	size_t c = ZSTD_compress2(zc, dst, cap, src, len);
 	if (ZSTD_isError(c) || c >= len - len / 32)
 		return 0; /* under 3 % saved: not worth the receiver's decoding */
@@ -1015,6 +1036,8 @@ static void batch_release(struct push_stream *s)
 			s->p->src->put(s->p->src->ctx, &s->rec[i].src);
 	s->n = 0;
 	s->scratch_used = 0;
+	s->raw_bytes = s->zable_bytes = 0;
+	s->zbody_len = 0;
 }
 
 /* Take chunks from the shared cursor until the batch is full.  Returns the
@@ -1047,8 +1070,28 @@ static int batch_fill(struct push_stream *s, struct dmar_error *err)
 			return dmar_error_set(err, -EINVAL, "push: chunk %s...: the source gave a malformed chunk",
 					      hex);
 		}
+		rec->idx = idx;
+		rec->compressible = w->enc == DMAR_WIRE_ZSTD ||
+				    wire_probe(s->zc, s->scratch, s->scratch_cap, w->payload, w->len);
+		s->raw_bytes += w->len;
+		if (rec->compressible)
+			s->zable_bytes += w->len;
+		/* Counted decoded: a compressible batch goes compressed as a whole. */
+		bytes += DMAR_BATCH_REC_SIZE + w->len;
+	}
+	return (int)s->n;
+}
+
+/* The per-chunk encoding (an incompressible batch, or one whole-batch
+ * compression did not shrink): compressible raw chunks as level-1 frames. */
+static void batch_per_chunk(struct push_stream *s)
+{
+	s->scratch_used = 0;
+	for (unsigned i = 0; i < s->n; i++) {
+		struct push_rec *rec = &s->rec[i];
+		const struct dmar_wire_chunk *w = &rec->src;
 		struct dmar_wire_chunk out = *w;
-		if (w->enc == DMAR_WIRE_RAW) {
+		if (w->enc == DMAR_WIRE_RAW && rec->compressible) {
 			size_t z = wire_compress(s->zc, s->scratch + s->scratch_used, s->scratch_cap - s->scratch_used,
 						 w->payload, w->len);
 			if (z) {
@@ -1061,10 +1104,71 @@ static int batch_fill(struct push_stream *s, struct dmar_error *err)
 		dmar_batch_write_record(rec->h, &out);
 		rec->payload = out.payload;
 		rec->stored = out.stored;
-		rec->idx = idx;
-		bytes += DMAR_BATCH_REC_SIZE + out.stored;
 	}
-	return (int)s->n;
+}
+
+static int zfeed(struct push_stream *s, const void *p, size_t n, ZSTD_EndDirective end)
+{
+	ZSTD_inBuffer in = { p, n, 0 };
+	for (;;) {
+		ZSTD_outBuffer out = { s->zbody, s->zbody_cap, s->zbody_len };
+		size_t r = ZSTD_compressStream2(s->bzc, &out, &in, end);
+		s->zbody_len = out.pos;
+		if (ZSTD_isError(r))
+			return -EIO;
+		if (end == ZSTD_e_end ? r == 0 : in.pos == in.size)
+			return 0;
+		if (out.pos == out.size)
+			return -ENOSPC; /* bigger than it was worth */
+	}
+}
+
+/*
+ * The whole batch -- header, records with raw payloads (the source's zstd
+ * chunks decoded) -- as one standard zstd frame, level 3, in s->zbody.
+ * 0, or a negative errno when it failed or would not save 3 %: the batch
+ * then goes per chunk.
+ */
+static int batch_compress(struct push_stream *s)
+{
+	uint64_t plain = DMAR_BATCH_HDR_SIZE + (uint64_t)s->n * DMAR_BATCH_REC_SIZE + s->raw_bytes;
+	size_t want = (size_t)(plain - plain / 32);
+	if (want > s->zbody_cap) {
+		free(s->zbody);
+		s->zbody_cap = 0;
+		if (!(s->zbody = malloc(want)))
+			return -ENOMEM;
+		s->zbody_cap = want;
+	}
+	size_t cap = s->zbody_cap;
+	s->zbody_cap = want; /* no room past the 3 % mark: zfeed gives up there */
+	s->zbody_len = 0;
+	ZSTD_CCtx_reset(s->bzc, ZSTD_reset_session_only);
+	uint8_t hdr[DMAR_BATCH_HDR_SIZE];
+	dmar_batch_write_header(hdr, s->n);
+	int r = zfeed(s, hdr, sizeof(hdr), ZSTD_e_continue);
+	for (unsigned i = 0; i < s->n && r == 0; i++) {
+		const struct dmar_wire_chunk *w = &s->rec[i].src;
+		struct dmar_wire_chunk out = *w;
+		if (w->enc == DMAR_WIRE_ZSTD) {
+			size_t d = ZSTD_decompressDCtx(s->dz, s->plain, DMAR_WIRE_CHUNK_MAX, w->payload, w->stored);
+			if (ZSTD_isError(d) || d != w->len) {
+				r = -EILSEQ;
+				break;
+			}
+			out.payload = s->plain;
+		}
+		out.enc = DMAR_WIRE_RAW;
+		out.stored = out.len;
+		uint8_t rh[DMAR_BATCH_REC_SIZE];
+		dmar_batch_write_record(rh, &out);
+		if ((r = zfeed(s, rh, sizeof(rh), ZSTD_e_continue)) == 0)
+			r = zfeed(s, out.payload, out.len, ZSTD_e_continue);
+	}
+	if (r == 0)
+		r = zfeed(s, NULL, 0, ZSTD_e_end);
+	s->zbody_cap = cap;
+	return r;
 }
 
 /* The bytes of part k of the batch body. */
@@ -1196,19 +1300,33 @@ static int batch_send(struct push_stream *s, struct dmar_error *err)
 	if (r < 0)
 		goto out;
 	k.abort_flag = &p->e.failed;
-	dmar_batch_write_header(s->hdr, s->n);
-	s->body = DMAR_BATCH_HDR_SIZE;
-	for (unsigned i = 0; i < s->n; i++)
-		s->body += DMAR_BATCH_REC_SIZE + s->rec[i].stored;
-	s->part = s->off = 0;
+	/* Mostly compressible: the whole body as one zstd stream, which sees
+	 * across chunks (per-chunk level 1 cannot); else per chunk, the
+	 * incompressible ones costing no more than the probe. */
+	bool whole = s->zable_bytes && s->zable_bytes * 2 >= s->raw_bytes && batch_compress(s) == 0;
+	if (!whole) {
+		batch_per_chunk(s);
+		dmar_batch_write_header(s->hdr, s->n);
+		s->body = DMAR_BATCH_HDR_SIZE;
+		for (unsigned i = 0; i < s->n; i++)
+			s->body += DMAR_BATCH_REC_SIZE + s->rec[i].stored;
+		s->part = s->off = 0;
+	}
 	if ((r = call_header(&k, "Content-Type: application/x-dmar-chunks")) < 0)
 		goto out;
-	curl_easy_setopt(k.h, CURLOPT_POST, 1L);
-	curl_easy_setopt(k.h, CURLOPT_POSTFIELDSIZE_LARGE, s->body);
-	curl_easy_setopt(k.h, CURLOPT_READFUNCTION, batch_read);
-	curl_easy_setopt(k.h, CURLOPT_READDATA, s);
-	curl_easy_setopt(k.h, CURLOPT_SEEKFUNCTION, batch_seek);
-	curl_easy_setopt(k.h, CURLOPT_SEEKDATA, s);
+	if (whole) {
+		if ((r = call_header(&k, "Content-Encoding: zstd")) < 0)
+			goto out;
+		curl_easy_setopt(k.h, CURLOPT_POSTFIELDS, s->zbody);
+		curl_easy_setopt(k.h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)s->zbody_len);
+	} else {
+		curl_easy_setopt(k.h, CURLOPT_POST, 1L);
+		curl_easy_setopt(k.h, CURLOPT_POSTFIELDSIZE_LARGE, s->body);
+		curl_easy_setopt(k.h, CURLOPT_READFUNCTION, batch_read);
+		curl_easy_setopt(k.h, CURLOPT_READDATA, s);
+		curl_easy_setopt(k.h, CURLOPT_SEEKFUNCTION, batch_seek);
+		curl_easy_setopt(k.h, CURLOPT_SEEKDATA, s);
+	}
 	curl_easy_setopt(k.h, CURLOPT_UPLOAD_BUFFERSIZE, DMAR_BULK_BUFFER);
 	r = call_perform(&k);
 	if (r == -ECANCELED)
@@ -1269,7 +1387,10 @@ static int push_upload(struct push *p, const uint32_t *todo, size_t n, uint64_t 
 		s[i].scratch_cap = DMAR_BATCH_BYTES + ZSTD_COMPRESSBOUND(DMAR_WIRE_CHUNK_MAX);
 		s[i].scratch = malloc(s[i].scratch_cap);
 		s[i].zc = ZSTD_createCCtx();
-		if (!s[i].scratch || !s[i].zc) {
+		s[i].bzc = ZSTD_createCCtx();
+		s[i].dz = ZSTD_createDCtx();
+		s[i].plain = malloc(DMAR_WIRE_CHUNK_MAX);
+		if (!s[i].scratch || !s[i].zc || !s[i].bzc || !s[i].dz || !s[i].plain) {
 			r = -ENOMEM;
 			goto out;
 		}
@@ -1277,6 +1398,7 @@ static int push_upload(struct push *p, const uint32_t *todo, size_t n, uint64_t 
 		ZSTD_CCtx_setParameter(s[i].zc, ZSTD_c_format, ZSTD_f_zstd1_magicless);
 		ZSTD_CCtx_setParameter(s[i].zc, ZSTD_c_checksumFlag, 0);
 		ZSTD_CCtx_setParameter(s[i].zc, ZSTD_c_dictIDFlag, 0);
+		ZSTD_CCtx_setParameter(s[i].bzc, ZSTD_c_compressionLevel, DMAR_BATCH_ZSTD_LEVEL);
 	}
 	p->retry = retry;
 	for (int phase = 0; phase < 2; phase++) {
@@ -1314,6 +1436,10 @@ out:
 		for (unsigned i = 0; i < ns; i++) {
 			free(s[i].scratch);
 			ZSTD_freeCCtx(s[i].zc);
+			ZSTD_freeCCtx(s[i].bzc);
+			ZSTD_freeDCtx(s[i].dz);
+			free(s[i].zbody);
+			free(s[i].plain);
 		}
 	free(s);
 	free(retry);

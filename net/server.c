@@ -74,6 +74,13 @@
 #define FETCH_BLOCK (256u << 10)
 #define FETCH_COMPRESS_MIN 64       /* smaller raw chunks travel as they are */
 #define PEM_MAX (1u << 20)
+/* Content-Encoding: zstd on POST /v1/chunks: the body decodes through a
+ * buffer of this size; at most BATCH_ZSTD_RATIO x the body limit decoded
+ * (413 beyond: a decompression bomb costs no more than that), with a
+ * window of at most 2^BATCH_ZSTD_WLOG bytes. */
+#define BATCH_ZOUT (256u << 10)
+#define BATCH_ZSTD_RATIO 4
+#define BATCH_ZSTD_WLOG 23
 
 /* ---- the server and its websocket clients ------------------------------------ */
 
@@ -115,6 +122,9 @@ struct dmar_server {
 struct conn {
 	ZSTD_DCtx *dctx;
 	uint8_t *scratch; /* DMAR_WIRE_CHUNK_MAX bytes */
+	/* a batch body with Content-Encoding: zstd */
+	ZSTD_DCtx *bdctx;
+	uint8_t *zout; /* BATCH_ZOUT bytes: what the stream decodes to, fed to the parser */
 };
 
 /* ---- requests ---------------------------------------------------------------- */
@@ -159,6 +169,9 @@ struct req {
 
 	/* POST /v1/chunks */
 	struct dmar_batch_parser *bp;
+	bool zstd;          /* Content-Encoding: zstd */
+	bool zdone;         /* the zstd frame ended */
+	uint64_t decoded;   /* its bytes decoded so far */
 	uint64_t received, bytes;
 	json_t *bad;         /* ids that did not verify */
 	uint64_t bad_count;
@@ -658,6 +671,8 @@ static int on_chunk(void *ctx, const struct dmar_wire_chunk *c)
 /* POST /v1/chunks: the batch has been parsed as it came; sum up. */
 static enum MHD_Result h_put_chunks(struct req *q)
 {
+	if (q->zstd && !q->zdone)
+		return reply_error(q, -EBADMSG, 0, "zstd body: the frame is truncated");
 	int r = dmar_batch_parser_finish(q->bp, &q->err);
 	if (r < 0)
 		return reply_ops_error(q, r);
@@ -1292,6 +1307,22 @@ static enum MHD_Result begin(struct req *q, const char *url, const char *method)
 		}
 	}
 	if (rt->body == BODY_BATCH) {
+		const char *ce = header(q, MHD_HTTP_HEADER_CONTENT_ENCODING);
+		if (ce && *ce && strcasecmp(ce, "identity") != 0) {
+			if (strcasecmp(ce, "zstd") != 0)
+				return reply_errorf(q, -ENOTSUP, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE,
+						    "Content-Encoding %.64s: only zstd is accepted", ce);
+			struct conn *cn = q->conn;
+			if (!cn->bdctx) {
+				if (!(cn->bdctx = ZSTD_createDCtx()))
+					return reply_error(q, -ENOMEM, 0, NULL);
+				ZSTD_DCtx_setParameter(cn->bdctx, ZSTD_d_windowLogMax, BATCH_ZSTD_WLOG);
+			}
+			if (!cn->zout && !(cn->zout = malloc(BATCH_ZOUT)))
+				return reply_error(q, -ENOMEM, 0, NULL);
+			ZSTD_DCtx_reset(cn->bdctx, ZSTD_reset_session_only);
+			q->zstd = true;
+		}
 		uint64_t max_count = q->limit / (DMAR_BATCH_REC_SIZE + 1) + 1;
 		if (dmar_batch_parser_new(&q->bp, max_count > UINT32_MAX ? UINT32_MAX : (uint32_t)max_count, on_chunk,
 					  q) < 0 ||
@@ -1299,6 +1330,40 @@ static enum MHD_Result begin(struct req *q, const char *url, const char *method)
 			return reply_error(q, -ENOMEM, 0, NULL);
 	}
 	return MHD_YES;
+}
+
+/* A piece of a zstd-encoded batch: decode it as it comes into the parser.
+ * One frame; its output drained (the decoder may hold some back while the
+ * buffer is full) before this returns. */
+static int batch_unzstd(struct req *q, const char *data, size_t len)
+{
+	struct conn *cn = q->conn;
+	uint64_t max = q->s->max_body * BATCH_ZSTD_RATIO;
+	ZSTD_inBuffer in = { data, len, 0 };
+	for (;;) {
+		if (q->zdone) {
+			if (in.pos < in.size)
+				return dmar_error_set(&q->err, -EBADMSG, "zstd body: bytes after the end of the frame");
+			return 0;
+		}
+		ZSTD_outBuffer out = { cn->zout, BATCH_ZOUT, 0 };
+		size_t r = ZSTD_decompressStream(cn->bdctx, &out, &in);
+		if (ZSTD_isError(r))
+			return dmar_error_set(&q->err, -EBADMSG, "zstd body: %s", ZSTD_getErrorName(r));
+		q->zdone = r == 0;
+		q->decoded += out.pos;
+		if (q->decoded > max)
+			return dmar_error_set(&q->err, -E2BIG,
+					      "zstd body decodes to more than %" PRIu64 " bytes (%d x the body limit)",
+					      max, BATCH_ZSTD_RATIO);
+		if (out.pos) {
+			int e = dmar_batch_parser_feed(q->bp, cn->zout, out.pos, &q->err);
+			if (e < 0)
+				return e;
+		}
+		if (in.pos == in.size && out.pos < out.size)
+			return 0;
+	}
 }
 
 static void body_fail(struct req *q, int code, unsigned status)
@@ -1346,7 +1411,7 @@ static enum MHD_Result body(struct req *q, const char *data, size_t len)
 		q->len += len;
 		break;
 	case BODY_BATCH: {
-		int r = dmar_batch_parser_feed(q->bp, data, len, &q->err);
+		int r = q->zstd ? batch_unzstd(q, data, len) : dmar_batch_parser_feed(q->bp, data, len, &q->err);
 		if (r < 0)
 			body_fail(q, r, 0);
 		break;
@@ -1410,6 +1475,8 @@ static void connection_notify(void *cls, struct MHD_Connection *c, void **socket
 	if (cn) {
 		ZSTD_freeDCtx(cn->dctx);
 		free(cn->scratch);
+		ZSTD_freeDCtx(cn->bdctx);
+		free(cn->zout);
 		free(cn);
 		*socket_context = NULL;
 	}

@@ -41,6 +41,12 @@
  *       40  4  stored: payload bytes (raw: == len; zstd: 1..ZSTD_compressBound(len))
  *       44     payload
  *   Nothing may follow the last record.
+ *   An upload (POST /v1/chunks) may carry the whole batch compressed:
+ *   Content-Encoding: zstd, one standard zstd frame (magic included,
+ *   window <= 8 MiB) that decodes to the batch above, its records then
+ *   usually raw.  The receiver decodes it as it arrives, at most 4 x its
+ *   body limit of decoded bytes (413 beyond); any other Content-Encoding is
+ *   415.  Senders use it for batches of mostly compressible chunks.
  *
  * Id list (application/octet-stream): n ids of 32 bytes back to back.
  *

@@ -177,6 +177,8 @@ struct fake {
 	/* what arrived */
 	unsigned long n_query, n_upload, n_commit, n_fetch;
 	unsigned long rx_chunks, rx_zstd, rx_bad;
+	unsigned long rx_zbatches; /* uploads with Content-Encoding: zstd */
+	uint64_t rx_zbytes;        /* their bodies' bytes as sent */
 	uint64_t rx_bytes;
 	/* faults */
 	const char *token;
@@ -197,6 +199,8 @@ struct freq {
 	bool upload;
 	struct dmar_batch_parser *parser;
 	ZSTD_DCtx *dz;
+	ZSTD_DCtx *bz; /* Content-Encoding: zstd, like the real server */
+	bool zdone;
 	uint8_t *scratch;
 	json_t *bad;
 	int fail;
@@ -305,7 +309,9 @@ static enum MHD_Result fake_upload_done(struct MHD_Connection *con, struct freq 
 	pthread_mutex_unlock(&F->lock);
 	if (q->fail == -ENOSPC)
 		return answer_err(con, 507, "ENOSPC", "fake arena full: 0 bytes free");
-	if (q->fail < 0 || dmar_batch_parser_finish(q->parser, NULL) < 0)
+	if (q->fail == -ENOTSUP)
+		return answer_err(con, 415, "ENOTSUP", "Content-Encoding: only zstd");
+	if (q->fail < 0 || (q->bz && !q->zdone) || dmar_batch_parser_finish(q->parser, NULL) < 0)
 		return answer_err(con, 400, "EBADMSG", "malformed chunk batch");
 	if (json_array_size(q->bad)) {
 		json_t *j = json_pack("{s:s, s:s, s:O}", "error", "chunks do not match their ids", "errno",
@@ -574,6 +580,15 @@ static enum MHD_Result fake_handler(void *cls, struct MHD_Connection *con, const
 			q->dz = ZSTD_createDCtx();
 			q->scratch = malloc(DMAR_WIRE_CHUNK_MAX);
 			q->bad = json_array();
+			const char *ce = MHD_lookup_connection_value(con, MHD_HEADER_KIND, "Content-Encoding");
+			if (ce && strcmp(ce, "zstd") == 0) {
+				q->bz = ZSTD_createDCtx();
+				pthread_mutex_lock(&F->lock);
+				F->rx_zbatches++;
+				pthread_mutex_unlock(&F->lock);
+			} else if (ce) {
+				q->fail = -ENOTSUP;
+			}
 		}
 		*con_cls = q;
 		return MHD_YES;
@@ -581,7 +596,33 @@ static enum MHD_Result fake_handler(void *cls, struct MHD_Connection *con, const
 	if (*data_size) {
 		if (q->upload) {
 			/* Parse as it arrives, like the real server: no whole-body buffer. */
-			if (!q->fail && dmar_batch_parser_feed(q->parser, data, *data_size, NULL) < 0)
+			if (q->bz && !q->fail) {
+				pthread_mutex_lock(&F->lock);
+				F->rx_zbytes += *data_size;
+				pthread_mutex_unlock(&F->lock);
+				ZSTD_inBuffer in = { data, *data_size, 0 };
+				uint8_t out[65536];
+				while (!q->fail && (in.pos < in.size)) {
+					ZSTD_outBuffer o = { out, sizeof(out), 0 };
+					size_t r = ZSTD_decompressStream(q->bz, &o, &in);
+					if (ZSTD_isError(r))
+						q->fail = -EBADMSG;
+					else if (o.pos && dmar_batch_parser_feed(q->parser, out, o.pos, NULL) < 0)
+						q->fail = -EBADMSG;
+					q->zdone = r == 0;
+					/* drain what it holds back */
+					while (!q->fail && o.pos == o.size) {
+						ZSTD_inBuffer none = { NULL, 0, 0 };
+						o.pos = 0;
+						r = ZSTD_decompressStream(q->bz, &o, &none);
+						if (ZSTD_isError(r))
+							q->fail = -EBADMSG;
+						else if (o.pos && dmar_batch_parser_feed(q->parser, out, o.pos, NULL) < 0)
+							q->fail = -EBADMSG;
+						q->zdone = r == 0;
+					}
+				}
+			} else if (!q->fail && dmar_batch_parser_feed(q->parser, data, *data_size, NULL) < 0)
 				q->fail = -EBADMSG;
 		} else {
 			if (q->len + *data_size > q->cap) {
@@ -606,6 +647,7 @@ static void fake_completed(void *cls, struct MHD_Connection *con, void **con_cls
 	free(q->body);
 	dmar_batch_parser_free(q->parser);
 	ZSTD_freeDCtx(q->dz);
+	ZSTD_freeDCtx(q->bz);
 	free(q->scratch);
 	json_decref(q->bad);
 	free(q);
@@ -849,6 +891,30 @@ static void test_push_many_batches(void **state)
 	assert_true(F->n_upload >= 5);
 	assert_true(st.round_trips >= 2 + (F->n_upload + 1) / 2);
 	assert_true(st.round_trips <= 2 + F->n_upload);
+	assert_fake_has(&f);
+	assert_int_equal(f.gets, f.puts);
+	dmar_client_free(c);
+	tfile_free(&f);
+}
+
+/* A compressible file: its batches go as one zstd stream each
+ * (Content-Encoding: zstd) with raw records inside, far smaller than the
+ * chunks. */
+static void test_push_compressible(void **state)
+{
+	struct tfile f;
+	tfile_make(&f, 300, 1, 17);
+	struct dmar_client *c = client_for(F->port, NULL, 2);
+	struct dmar_xfer_stats st;
+	push_ok(c, &f, "text", &st);
+	assert_int_equal(st.sent_chunks, 300);
+	assert_int_equal(F->rx_chunks, 300);
+	assert_int_equal(F->rx_bad, 0);
+	assert_int_equal(F->rx_zstd, 0);
+	assert_true(F->rx_zbatches >= 2);
+	assert_int_equal(F->rx_zbatches, F->n_upload);
+	assert_true(F->rx_zbytes < tfile_bytes(&f) / 20);
+	assert_true(st.wire_bytes < tfile_bytes(&f) / 20);
 	assert_fake_has(&f);
 	assert_int_equal(f.gets, f.puts);
 	dmar_client_free(c);
@@ -1234,6 +1300,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_push_new, fake_start, fake_stop),
 		cmocka_unit_test_setup_teardown(test_push_only_missing, fake_start, fake_stop),
 		cmocka_unit_test_setup_teardown(test_push_many_batches, fake_start, fake_stop),
+		cmocka_unit_test_setup_teardown(test_push_compressible, fake_start, fake_stop),
 		cmocka_unit_test_setup_teardown(test_push_nothing_missing, fake_start, fake_stop),
 		cmocka_unit_test_setup_teardown(test_push_reject_once, fake_start, fake_stop),
 		cmocka_unit_test_setup_teardown(test_push_commit_409, fake_start, fake_stop),

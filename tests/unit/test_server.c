@@ -780,6 +780,101 @@ static void test_upload_bad_chunk(void **state)
 		free_chunk(&c[i]);
 }
 
+/* Content-Encoding: zstd: the batch as one zstd stream. */
+static void test_upload_zstd(void **state)
+{
+	struct tchunk c[3];
+	make_chunk(&c[0], 40000, 31, true, false);
+	make_chunk(&c[1], 70000, 32, true, true);
+	make_chunk(&c[2], 3000, 33, false, false);
+	struct bytes b = { 0 };
+	make_batch(&b, c, 3, -1);
+	size_t cap = ZSTD_compressBound(b.len);
+	uint8_t *z = malloc(cap);
+	size_t zn = ZSTD_compress(z, cap, b.p, b.len, 3);
+	assert_false(ZSTD_isError(zn));
+	assert_true(zn < b.len);
+
+	struct resp r;
+	struct req_opts o = { .ctype = "application/x-dmar-chunks", .header = "Content-Encoding: zstd" };
+	http_full(&r, "POST", "/v1/chunks", z, zn, &o);
+	assert_int_equal(r.status, 200);
+	assert_int_equal(json_integer_value(json_object_get(r.json, "received")), 3);
+	assert_int_equal(json_integer_value(json_object_get(r.json, "bytes")), 113000);
+	resp_free(&r);
+	assert_int_equal(F.nchunks, 3);
+	for (int i = 0; i < 3; i++)
+		assert_non_null(find_chunk(&c[i].id));
+
+	/* Truncated, corrupt, trailing bytes: 400; the batch is not taken whole. */
+	http_full(&r, "POST", "/v1/chunks", z, zn - 5, &o);
+	assert_error(&r, 400, "EBADMSG");
+	assert_non_null(strstr(json_string_value(json_object_get(r.json, "error")), "zstd"));
+	resp_free(&r);
+	uint8_t *bad = malloc(zn + 4);
+	memcpy(bad, z, zn);
+	bad[0] ^= 0xff; /* the magic */
+	http_full(&r, "POST", "/v1/chunks", bad, zn, &o);
+	assert_error(&r, 400, "EBADMSG");
+	resp_free(&r);
+	memcpy(bad, z, zn);
+	memcpy(bad + zn, "junk", 4);
+	http_full(&r, "POST", "/v1/chunks", bad, zn + 4, &o);
+	assert_error(&r, 400, "EBADMSG");
+	resp_free(&r);
+	free(bad);
+
+	/* Another encoding: 415, before the body. */
+	unsigned before = calls();
+	o.header = "Content-Encoding: gzip";
+	http_full(&r, "POST", "/v1/chunks", z, zn, &o);
+	assert_error(&r, 415, "ENOTSUP");
+	resp_free(&r);
+	assert_int_equal(calls(), before);
+	free(z);
+	free(b.p);
+	for (int i = 0; i < 3; i++)
+		free_chunk(&c[i]);
+}
+
+/* A decompression bomb: a small body that decodes to more than 4 x the
+ * body limit (valid records of one chunk of zeros, over and over) is
+ * stopped there: 413, however far the stream would go on. */
+static void test_upload_zstd_bomb(void **state)
+{
+	struct dmar_server *s;
+	char url[64];
+	start_server(&s, url, &(struct dmar_server_opts){ .listen = "127.0.0.1:0", .max_body = 64 << 10 });
+	enum { LEN = 32768, N = 100 };
+	uint8_t *zero = calloc(1, LEN);
+	struct dmar_wire_chunk w = { .enc = DMAR_WIRE_RAW, .len = LEN, .stored = LEN };
+	dmar_hash(zero, LEN, &w.id);
+	struct bytes b = { 0 };
+	uint8_t h[DMAR_BATCH_HDR_SIZE], rec[DMAR_BATCH_REC_SIZE];
+	dmar_batch_write_header(h, N);
+	put_bytes(&b, h, sizeof(h));
+	dmar_batch_write_record(rec, &w);
+	for (int i = 0; i < N; i++) {
+		put_bytes(&b, rec, sizeof(rec));
+		put_bytes(&b, zero, LEN);
+	}
+	size_t cap = ZSTD_compressBound(b.len);
+	uint8_t *z = malloc(cap);
+	size_t zn = ZSTD_compress(z, cap, b.p, b.len, 3);
+	assert_false(ZSTD_isError(zn));
+	assert_true(zn < (64u << 10));
+	struct resp r;
+	struct req_opts o = { .url = url, .ctype = "application/x-dmar-chunks", .header = "Content-Encoding: zstd" };
+	http_full(&r, "POST", "/v1/chunks", z, zn, &o);
+	assert_error(&r, 413, "E2BIG");
+	assert_non_null(strstr(json_string_value(json_object_get(r.json, "error")), "decodes to more than"));
+	resp_free(&r);
+	free(b.p);
+	free(zero);
+	free(z);
+	dmar_server_stop(s);
+}
+
 static void test_upload_malformed(void **state)
 {
 	struct tchunk c[2];
@@ -1535,6 +1630,8 @@ int main(void)
 		cmocka_unit_test_setup(test_query, each_setup),
 		cmocka_unit_test_setup(test_upload, each_setup),
 		cmocka_unit_test_setup(test_upload_bad_chunk, each_setup),
+		cmocka_unit_test_setup(test_upload_zstd, each_setup),
+		cmocka_unit_test_setup(test_upload_zstd_bomb, each_setup),
 		cmocka_unit_test_setup(test_upload_malformed, each_setup),
 		cmocka_unit_test_setup(test_upload_enospc, each_setup),
 		cmocka_unit_test_setup(test_get_chunk, each_setup),
