@@ -125,7 +125,7 @@ void dmar_hex(const uint8_t *b, size_t n, char *out)
 	out[2 * n] = '\0';
 }
 
-static int hexval(char c)
+int dmar_hexval(char c)
 {
 	if (c >= '0' && c <= '9')
 		return c - '0';
@@ -140,8 +140,8 @@ int dmar_id_parse(const char *hex, struct dmar_id *out)
 {
 	struct dmar_id id;
 	for (int i = 0; i < DMAR_HASH_SIZE; i++) {
-		int hi = hexval(hex[2 * i]);
-		int lo = hi < 0 ? -1 : hexval(hex[2 * i + 1]);
+		int hi = dmar_hexval(hex[2 * i]);
+		int lo = hi < 0 ? -1 : dmar_hexval(hex[2 * i + 1]);
 		if (hi < 0 || lo < 0)
 			return -EINVAL;
 		id.b[i] = (uint8_t)(hi << 4 | lo);

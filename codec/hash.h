@@ -36,6 +36,9 @@ void dmar_hash_ctx_free(struct dmar_hash_ctx *h); /* NULL-safe */
 /* Lower-case hex of the first n bytes (n <= 32) into out[2n+1]. */
 void dmar_hex(const uint8_t *b, size_t n, char *out);
 
+/* The value of one hex digit (either case), or -1. */
+int dmar_hexval(char c);
+
 /* Parse 64 hex digits; 0 or -EINVAL. */
 int dmar_id_parse(const char *hex, struct dmar_id *out);
 

@@ -46,14 +46,20 @@ static void watch_signals(void)
 		sigaction(sigs[i], &sa, NULL);
 }
 
-void cli_err(const char *fmt, ...)
+/* "dmar: CMD: message" without the newline. */
+static void vmsg(const char *fmt, va_list ap)
 {
-	va_list ap;
 	fputs("dmar: ", stderr);
 	if (cli_cmd)
 		fprintf(stderr, "%s: ", cli_cmd);
-	va_start(ap, fmt);
 	vfprintf(stderr, fmt, ap);
+}
+
+void cli_err(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vmsg(fmt, ap);
 	va_end(ap);
 	fputc('\n', stderr);
 }
@@ -61,11 +67,8 @@ void cli_err(const char *fmt, ...)
 int cli_usage(const char *fmt, ...)
 {
 	va_list ap;
-	fputs("dmar: ", stderr);
-	if (cli_cmd)
-		fprintf(stderr, "%s: ", cli_cmd);
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	vmsg(fmt, ap);
 	va_end(ap);
 	fprintf(stderr, "\nTry 'dmar %s%s--help'.\n", cli_cmd ? cli_cmd : "", cli_cmd ? " " : "");
 	return CLI_EXIT_USAGE;

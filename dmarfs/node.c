@@ -95,6 +95,34 @@ static size_t bucket(const struct dmar_id *id)
 	return h % STAGE_BUCKETS;
 }
 
+/* Unlink the stage *p, dropping its reference; stage_lock held. */
+static void stage_drop(struct dmarfs_node *n, struct stage **p)
+{
+	struct stage *s = *p;
+	*p = s->next;
+	dmar_store_unref(CTX(n)->arena, &s->id);
+	free(s);
+	n->nstaged--;
+}
+
+/* Drop every stage that expires by expired_by (seconds) or was last
+ * uploaded by added_by (milliseconds); how many went.  stage_lock held.
+ * Both clocks are CLOCK_MONOTONIC and never 0, so 0 selects nothing. */
+static size_t stage_sweep(struct dmarfs_node *n, uint64_t expired_by, uint64_t added_by)
+{
+	size_t gone = 0;
+	for (size_t b = 0; b < STAGE_BUCKETS && n->nstaged; b++)
+		for (struct stage **p = &n->stage[b]; *p;) {
+			if ((*p)->expires <= expired_by || (*p)->added_ms <= added_by) {
+				stage_drop(n, p);
+				gone++;
+			} else {
+				p = &(*p)->next;
+			}
+		}
+	return gone;
+}
+
 /* Drop expired stages; stage_lock held.  Runs now and then from the API's
  * own calls, so an idle node keeps its stages until the next request. */
 static void reap(struct dmarfs_node *n, uint64_t t)
@@ -102,18 +130,7 @@ static void reap(struct dmarfs_node *n, uint64_t t)
 	if (t < n->next_reap)
 		return;
 	n->next_reap = t + 10;
-	for (size_t b = 0; b < STAGE_BUCKETS; b++)
-		for (struct stage **p = &n->stage[b]; *p;) {
-			struct stage *s = *p;
-			if (s->expires > t) {
-				p = &s->next;
-				continue;
-			}
-			*p = s->next;
-			dmar_store_unref(CTX(n)->arena, &s->id);
-			free(s);
-			n->nstaged--;
-		}
+	stage_sweep(n, t, 0);
 }
 
 /* Hold one staging reference on id (the caller has just added one and
@@ -155,11 +172,7 @@ static void stage_release(struct dmarfs_node *n, const struct dmar_recipe *r)
 			continue;
 		for (struct stage **p = &n->stage[bucket(&r->e[i].id)]; *p; p = &(*p)->next)
 			if (!memcmp((*p)->id.b, r->e[i].id.b, DMAR_HASH_SIZE)) {
-				struct stage *s = *p;
-				*p = s->next;
-				dmar_store_unref(CTX(n)->arena, &s->id);
-				free(s);
-				n->nstaged--;
+				stage_drop(n, p);
 				break;
 			}
 	}
@@ -169,36 +182,15 @@ static void stage_release(struct dmarfs_node *n, const struct dmar_recipe *r)
 /* Drop the stages older than STAGE_PRESSURE_MS; how many went. */
 static size_t stage_shed(struct dmarfs_node *n)
 {
-	uint64_t limit = mono_ms() - STAGE_PRESSURE_MS;
-	size_t gone = 0;
 	pthread_mutex_lock(&n->stage_lock);
-	for (size_t b = 0; b < STAGE_BUCKETS && n->nstaged; b++)
-		for (struct stage **p = &n->stage[b]; *p;) {
-			struct stage *s = *p;
-			if (s->added_ms > limit) {
-				p = &s->next;
-				continue;
-			}
-			*p = s->next;
-			dmar_store_unref(CTX(n)->arena, &s->id);
-			free(s);
-			n->nstaged--;
-			gone++;
-		}
+	size_t gone = stage_sweep(n, 0, mono_ms() - STAGE_PRESSURE_MS);
 	pthread_mutex_unlock(&n->stage_lock);
 	return gone;
 }
 
 static void stage_clear(struct dmarfs_node *n)
 {
-	for (size_t b = 0; b < STAGE_BUCKETS; b++)
-		while (n->stage[b]) {
-			struct stage *s = n->stage[b];
-			n->stage[b] = s->next;
-			dmar_store_unref(CTX(n)->arena, &s->id);
-			free(s);
-		}
-	n->nstaged = 0;
+	stage_sweep(n, UINT64_MAX, 0);
 }
 
 /* ---- paths -------------------------------------------------------------- */

@@ -341,16 +341,6 @@ static bool authorized(struct req *q)
 	return CRYPTO_memcmp(got.b, q->s->token_hash.b, DMAR_HASH_SIZE) == 0;
 }
 
-static int hexval(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
 
 /*
  * The URL's path part after the route's prefix, percent-decoded once
@@ -370,7 +360,7 @@ static int decode_path(const char *raw, char **out, struct dmar_error *err)
 			*w++ = *r;
 			continue;
 		}
-		int hi = hexval(r[1]), lo = hi < 0 ? -1 : hexval(r[2]);
+		int hi = dmar_hexval(r[1]), lo = hi < 0 ? -1 : dmar_hexval(r[2]);
 		if (hi < 0 || lo < 0) {
 			free(p);
 			return dmar_error_set(err, -EINVAL, "path: '%%' not followed by two hex digits");
