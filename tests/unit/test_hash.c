@@ -1,6 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * test_hash - SHA-256 content ids and their hex form (codec/hash.h).
+ *
+ * Every test runs twice: with the SHA-NI code (where the CPU has it) and
+ * with it forced off (libcrypto).  The batch and SHA-NI results are
+ * checked against libcrypto's EVP_Digest called directly, not against
+ * dmar_hash, so the two paths cannot agree on a wrong answer.
  */
 #include "config.h"
 
@@ -10,10 +15,15 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmocka.h>
+#include <openssl/evp.h>
 
 #include "prng.h"
 
@@ -240,6 +250,215 @@ static void test_parse_rejects(void **state)
 	}
 }
 
+/* --- SHA-NI, single and paired, against libcrypto ---------------------- */
+
+static void ref_sha(const void *buf, size_t len, struct dmar_id *out)
+{
+	unsigned n = 0;
+	assert_true(EVP_Digest(buf, len, out->b, &n, EVP_sha256(), NULL));
+	assert_int_equal(n, DMAR_HASH_SIZE);
+}
+
+static void test_known_answers_batch(void **state)
+{
+	struct iovec v[4] = {
+		{ "", 0 },
+		{ "abc", 3 },
+		{ MSG_448, strlen(MSG_448) },
+		{ "abc", 3 },
+	};
+	struct dmar_id ids[4], a, b;
+
+	dmar_hash_many(v, 4, ids);
+	assert_id_hex(&ids[0], SHA_EMPTY);
+	assert_id_hex(&ids[1], SHA_ABC);
+	assert_id_hex(&ids[2], SHA_448);
+	assert_id_hex(&ids[3], SHA_ABC);
+	dmar_hash2("abc", 3, MSG_448, strlen(MSG_448), &a, &b);
+	assert_id_hex(&a, SHA_ABC);
+	assert_id_hex(&b, SHA_448);
+	/* Both lanes empty, and a NULL buffer of length 0. */
+	dmar_hash2(NULL, 0, "", 0, &a, &b);
+	assert_id_hex(&a, SHA_EMPTY);
+	assert_id_hex(&b, SHA_EMPTY);
+	/* One message alone in a batch, and none at all. */
+	dmar_hash_many(&v[2], 1, ids);
+	assert_id_hex(&ids[0], SHA_448);
+	memset(ids, 0x5a, sizeof(ids));
+	dmar_hash_many(v, 0, ids);
+	for (size_t i = 0; i < sizeof(ids); i++)
+		assert_int_equal(((uint8_t *)ids)[i], 0x5a);
+}
+
+/* Every length 0..300 (one, two and several blocks, each side of the
+ * 55/56-byte padding split), alone and paired with every other length in
+ * the range, at an odd address. */
+static void test_short_lengths(void **state)
+{
+	enum { MAX = 300 };
+	uint8_t *raw = malloc(2 * MAX + 2);
+	assert_non_null(raw);
+	fill_random(raw, 2 * MAX + 2, 21);
+	const uint8_t *a = raw + 1, *b = raw + MAX + 2;
+	struct dmar_id want[MAX + 1], wantb[MAX + 1], got, gotb;
+
+	for (size_t n = 0; n <= MAX; n++) {
+		ref_sha(a, n, &want[n]);
+		ref_sha(b, n, &wantb[n]);
+		dmar_hash(a, n, &got);
+		assert_memory_equal(got.b, want[n].b, DMAR_HASH_SIZE);
+	}
+	for (size_t i = 0; i <= MAX; i++) {
+		for (size_t j = 0; j <= MAX; j++) {
+			dmar_hash2(a, i, b, j, &got, &gotb);
+			assert_memory_equal(got.b, want[i].b, DMAR_HASH_SIZE);
+			assert_memory_equal(gotb.b, wantb[j].b, DMAR_HASH_SIZE);
+		}
+	}
+	free(raw);
+}
+
+/* Long messages of random, unequal lengths up to 1 MiB, in batches of
+ * 1..9: the lanes run out at different blocks and take the next message
+ * mid-stream. */
+static void test_long_batches(void **state)
+{
+	enum { BIG = 1 << 20, N = 9 };
+	uint8_t *buf = malloc(BIG + 64);
+	assert_non_null(buf);
+	fill_random(buf, BIG + 64, 5);
+	uint64_t s = 99;
+	for (int round = 0; round < 12; round++) {
+		size_t n = (size_t)round % N + 1;
+		struct iovec v[N];
+		struct dmar_id want[N], got[N];
+		for (size_t i = 0; i < n; i++) {
+			size_t len = (size_t)(xorshift64(&s) % (BIG + 1));
+			/* Now and then a tiny one next to a huge one. */
+			if (xorshift64(&s) % 4 == 0)
+				len %= 200;
+			size_t off = (size_t)(xorshift64(&s) % 64);
+			v[i].iov_base = buf + off;
+			v[i].iov_len = len < BIG - off ? len : BIG - off;
+			ref_sha(v[i].iov_base, v[i].iov_len, &want[i]);
+		}
+		dmar_hash_many(v, n, got);
+		for (size_t i = 0; i < n; i++)
+			assert_memory_equal(got[i].b, want[i].b, DMAR_HASH_SIZE);
+		struct dmar_id one;
+		dmar_hash(v[0].iov_base, v[0].iov_len, &one);
+		assert_memory_equal(one.b, want[0].b, DMAR_HASH_SIZE);
+	}
+	/* The million 'a' paired with a million 'a' less one. */
+	memset(buf, 'a', 1000000);
+	struct dmar_id x, y, wy;
+	dmar_hash2(buf, 1000000, buf, 999999, &x, &y);
+	assert_id_hex(&x, SHA_MILLION_A);
+	ref_sha(buf, 999999, &wy);
+	assert_memory_equal(y.b, wy.b, DMAR_HASH_SIZE);
+	free(buf);
+}
+
+/* A block's chunks end to end, some absent (skipped): those take no bytes
+ * and their ids stay as they were. */
+static void test_chunks_skip(void **state)
+{
+	enum { N = 200 };
+	uint32_t lens[N];
+	uint8_t skip[N];
+	struct dmar_id ids[N], want[N];
+	uint64_t s = 42;
+	size_t total = 0;
+	for (int i = 0; i < N; i++) {
+		lens[i] = (uint32_t)(xorshift64(&s) % (i < 50 ? 130 : 40000)) + 1;
+		skip[i] = xorshift64(&s) % 3 == 0;
+		total += lens[i];
+	}
+	uint8_t *base = malloc(total);
+	assert_non_null(base);
+	fill_random(base, total, 8);
+
+	memset(ids, 0xa5, sizeof(ids));
+	size_t off = 0;
+	for (int i = 0; i < N; i++) {
+		if (skip[i]) {
+			memset(want[i].b, 0xa5, DMAR_HASH_SIZE);
+		} else {
+			ref_sha(base + off, lens[i], &want[i]);
+			off += lens[i];
+		}
+	}
+	dmar_hash_chunks(base, lens, skip, N, ids);
+	for (int i = 0; i < N; i++)
+		assert_memory_equal(ids[i].b, want[i].b, DMAR_HASH_SIZE);
+
+	/* No skip array: every chunk is in base. */
+	off = 0;
+	for (int i = 0; i < N; i++) {
+		ref_sha(base + off, lens[i], &want[i]);
+		off += lens[i];
+	}
+	dmar_hash_chunks(base, lens, NULL, N, ids);
+	for (int i = 0; i < N; i++)
+		assert_memory_equal(ids[i].b, want[i].b, DMAR_HASH_SIZE);
+	free(base);
+}
+
+/* The switch: off always takes, on only where the CPU has SHA-NI. */
+static void test_hw_switch(void **state)
+{
+	bool cpu = dmar_hash_set_hw(true);
+	assert_int_equal(dmar_hash_hw(), cpu);
+	assert_false(dmar_hash_set_hw(false));
+	assert_false(dmar_hash_hw());
+	assert_int_equal(dmar_hash_set_hw(true), cpu);
+#if defined(__x86_64__)
+	/* On x86-64 the answer must be the CPU's own. */
+	FILE *f = fopen("/proc/cpuinfo", "r");
+	if (f) {
+		char line[4096];
+		bool sha_ni = false;
+		while (fgets(line, sizeof(line), f))
+			if (!strncmp(line, "flags", 5) && strstr(line, " sha_ni"))
+				sha_ni = true;
+		fclose(f);
+		assert_int_equal(cpu, sha_ni);
+	}
+#else
+	assert_false(cpu);
+#endif
+}
+
+/* DMAR_HASH_NO_SHANI is read once, at the first hash: try it in fresh
+ * copies of this program (see main). */
+static int probe(const char *env)
+{
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		if (env)
+			setenv("DMAR_HASH_NO_SHANI", env, 1);
+		else
+			unsetenv("DMAR_HASH_NO_SHANI");
+		setenv("DMAR_TEST_HASH_PROBE", "1", 1);
+		execl("/proc/self/exe", "test_hash", (char *)NULL);
+		_exit(127);
+	}
+	int st;
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_true(WIFEXITED(st));
+	return WEXITSTATUS(st);
+}
+
+static void test_env_off(void **state)
+{
+	bool cpu = dmar_hash_set_hw(true);
+	assert_int_equal(probe("1"), 11);
+	assert_int_equal(probe(NULL), cpu ? 10 : 11);
+	assert_int_equal(probe("0"), cpu ? 10 : 11);
+	assert_int_equal(probe(""), cpu ? 10 : 11);
+}
+
 /* --- threads ------------------------------------------------------------ */
 
 #define THREAD_BUFS 8
@@ -319,19 +538,60 @@ static void test_threads(void **state)
 		free(bufs[k]);
 }
 
+static int hw_on(void **state)
+{
+	if (!dmar_hash_set_hw(true))
+		fprintf(stderr, "test_hash: no SHA-NI on this CPU: libcrypto only\n");
+	return 0;
+}
+
+static int hw_off(void **state)
+{
+	assert_false(dmar_hash_set_hw(false));
+	return 0;
+}
+
+static int hw_restore(void **state)
+{
+	dmar_hash_set_hw(true);
+	return 0;
+}
+
 /* An optional argument runs only the tests matching it (a glob). */
 int main(int argc, char **argv)
 {
+	if (getenv("DMAR_TEST_HASH_PROBE")) {
+		/* test_env_off's child: say what the environment chose, after
+		 * checking that choice hashes right. */
+		struct dmar_id id;
+		dmar_hash("abc", 3, &id);
+		char hex[DMAR_HASH_HEX_SIZE];
+		dmar_hex(id.b, DMAR_HASH_SIZE, hex);
+		if (strcmp(hex, SHA_ABC))
+			return 12;
+		return dmar_hash_hw() ? 10 : 11;
+	}
 	if (argc > 1)
 		cmocka_set_test_filter(argv[1]);
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_known_answers),
 		cmocka_unit_test(test_incremental_known),
 		cmocka_unit_test(test_incremental_equals_oneshot),
+		cmocka_unit_test(test_known_answers_batch),
+		cmocka_unit_test(test_short_lengths),
+		cmocka_unit_test(test_long_batches),
+		cmocka_unit_test(test_chunks_skip),
 		cmocka_unit_test(test_hex),
 		cmocka_unit_test(test_parse_roundtrip),
 		cmocka_unit_test(test_parse_rejects),
 		cmocka_unit_test(test_threads),
 	};
-	return cmocka_run_group_tests(tests, NULL, NULL);
+	const struct CMUnitTest once[] = {
+		cmocka_unit_test(test_hw_switch),
+		cmocka_unit_test(test_env_off),
+	};
+	int r = cmocka_run_group_tests_name("sha-ni", tests, hw_on, hw_restore);
+	r |= cmocka_run_group_tests_name("libcrypto", tests, hw_off, hw_restore);
+	r |= cmocka_run_group_tests_name("switch", once, NULL, NULL);
+	return r;
 }

@@ -1,0 +1,256 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * SHA-256 (FIPS 180-4) on the SHA extensions.  The state lives in the
+ * two-register layout sha256rnds2 wants (ABEF, CDGH) only inside a run of
+ * blocks; between runs it is the plain H0..H7 array, so a lane can switch
+ * from a message's own blocks to its padding block(s) and the two-lane
+ * kernel can run for as many blocks as both lanes have left.
+ *
+ * Every function that touches the intrinsics carries the target attribute
+ * instead of the whole file being built with -msha: the rest of the
+ * binary must run on CPUs without it, and hash.c only calls in here after
+ * dmar_sha256_cpu() said yes.
+ */
+#include "config.h"
+
+#include "sha256.h"
+
+#ifdef DMAR_SHA256_HW
+
+#include <cpuid.h>
+#include <immintrin.h>
+#include <string.h>
+
+#define TARGET __attribute__((target("sha,sse4.1,ssse3")))
+
+static const uint32_t K[64] __attribute__((aligned(16))) = {
+	0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
+	0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
+	0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
+	0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
+	0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
+	0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
+	0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
+	0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2,
+};
+
+static const uint32_t IV[8] = {
+	0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19,
+};
+
+bool dmar_sha256_cpu(void)
+{
+	unsigned a, b, c, d;
+	if (!__get_cpuid(1, &a, &b, &c, &d))
+		return false;
+	if (!(c & bit_SSE4_1) || !(c & bit_SSSE3))
+		return false;
+	if (!__get_cpuid_count(7, 0, &a, &b, &c, &d))
+		return false;
+	return (b & (1u << 29)) != 0; /* CPUID.(EAX=7,ECX=0):EBX.SHA */
+}
+
+/* H0..H7 <-> (ABEF, CDGH). */
+TARGET static inline void load_state(const uint32_t st[8], __m128i *abef, __m128i *cdgh)
+{
+	__m128i dcba = _mm_shuffle_epi32(_mm_loadu_si128((const __m128i *)&st[0]), 0xB1); /* CDAB */
+	__m128i hgfe = _mm_shuffle_epi32(_mm_loadu_si128((const __m128i *)&st[4]), 0x1B); /* EFGH */
+	*abef = _mm_alignr_epi8(dcba, hgfe, 8);
+	*cdgh = _mm_blend_epi16(hgfe, dcba, 0xF0);
+}
+
+TARGET static inline void store_state(uint32_t st[8], __m128i abef, __m128i cdgh)
+{
+	__m128i feba = _mm_shuffle_epi32(abef, 0x1B);
+	__m128i dchg = _mm_shuffle_epi32(cdgh, 0xB1);
+	_mm_storeu_si128((__m128i *)&st[0], _mm_blend_epi16(feba, dchg, 0xF0));
+	_mm_storeu_si128((__m128i *)&st[4], _mm_alignr_epi8(dchg, feba, 8));
+}
+
+/*
+ * Rounds 4g..4g+3 of one lane.  M[0..3] is a ring of the last four
+ * schedule words groups; with g a constant every branch folds away.
+ * The schedule for group g+1 is finished here (msg2) and the first half
+ * for group g+3 started (msg1), as in Intel's reference ordering: each
+ * instruction's input is ready well before the rounds that need it.
+ */
+#define QROUND(g, S0, S1, M, p)                                                                        \
+	do {                                                                                           \
+		if ((g) < 4)                                                                           \
+			M[(g) & 3] = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)((p) + 16 * (g))), \
+						      bswap);                                          \
+		__m128i t_ = _mm_add_epi32(M[(g) & 3], _mm_load_si128((const __m128i *)&K[4 * (g)])); \
+		S1 = _mm_sha256rnds2_epu32(S1, S0, t_);                                                \
+		if ((g) >= 3 && (g) <= 14)                                                             \
+			M[((g) + 1) & 3] = _mm_sha256msg2_epu32(                                       \
+				_mm_add_epi32(M[((g) + 1) & 3], _mm_alignr_epi8(M[(g) & 3], M[((g) + 3) & 3], 4)), \
+				M[(g) & 3]);                                                           \
+		S0 = _mm_sha256rnds2_epu32(S0, S1, _mm_shuffle_epi32(t_, 0x0E));                       \
+		if ((g) >= 1 && (g) <= 12)                                                             \
+			M[((g) + 3) & 3] = _mm_sha256msg1_epu32(M[((g) + 3) & 3], M[(g) & 3]);         \
+	} while (0)
+
+#define ROUNDS16(Q)                                                                                    \
+	do {                                                                                           \
+		Q(0); Q(1); Q(2); Q(3); Q(4); Q(5); Q(6); Q(7);                                        \
+		Q(8); Q(9); Q(10); Q(11); Q(12); Q(13); Q(14); Q(15);                                  \
+	} while (0)
+
+/* nb consecutive 64-byte blocks at p into st. */
+TARGET static void blocks1(uint32_t st[8], const uint8_t *p, size_t nb)
+{
+	const __m128i bswap = _mm_set_epi64x(0x0c0d0e0f08090a0bLL, 0x0405060700010203LL);
+	__m128i s0, s1, m[4];
+	load_state(st, &s0, &s1);
+	for (; nb; nb--, p += 64) {
+		__m128i save0 = s0, save1 = s1;
+#define Q1(g) QROUND(g, s0, s1, m, p)
+		ROUNDS16(Q1);
+#undef Q1
+		s0 = _mm_add_epi32(s0, save0);
+		s1 = _mm_add_epi32(s1, save1);
+	}
+	store_state(st, s0, s1);
+}
+
+/* nb blocks of two independent messages, group by group, so one lane's
+ * rounds run while the other's wait on sha256rnds2's latency. */
+TARGET static void blocks2(uint32_t sta[8], const uint8_t *pa, uint32_t stb[8], const uint8_t *pb, size_t nb)
+{
+	const __m128i bswap = _mm_set_epi64x(0x0c0d0e0f08090a0bLL, 0x0405060700010203LL);
+	__m128i a0, a1, b0, b1, ma[4], mb[4];
+	load_state(sta, &a0, &a1);
+	load_state(stb, &b0, &b1);
+	for (; nb; nb--, pa += 64, pb += 64) {
+		__m128i sa0 = a0, sa1 = a1, sb0 = b0, sb1 = b1;
+#define Q2(g)                                  \
+	do {                                   \
+		QROUND(g, a0, a1, ma, pa);     \
+		QROUND(g, b0, b1, mb, pb);     \
+	} while (0)
+		ROUNDS16(Q2);
+#undef Q2
+		a0 = _mm_add_epi32(a0, sa0);
+		a1 = _mm_add_epi32(a1, sa1);
+		b0 = _mm_add_epi32(b0, sb0);
+		b1 = _mm_add_epi32(b1, sb1);
+	}
+	store_state(sta, a0, a1);
+	store_state(stb, b0, b1);
+}
+
+/*
+ * One message in flight: first its whole blocks, read in place, then the
+ * one or two blocks of tail + 0x80 + zeros + bit length, built in pad.
+ */
+struct lane {
+	uint32_t st[8];
+	const uint8_t *p; /* next block */
+	size_t nb;        /* blocks left in the current segment */
+	size_t pad_nb;    /* 1 or 2 */
+	bool in_pad;
+	bool busy;
+	uint8_t *out;
+	uint8_t pad[128];
+};
+
+static void lane_start(struct lane *l, const uint8_t *buf, size_t len, uint8_t *out)
+{
+	size_t full = len / 64, rem = len % 64;
+	memcpy(l->st, IV, sizeof(IV));
+	l->pad_nb = rem < 56 ? 1 : 2;
+	memset(l->pad, 0, sizeof(l->pad));
+	if (rem)
+		memcpy(l->pad, buf + full * 64, rem);
+	l->pad[rem] = 0x80;
+	uint64_t bits = (uint64_t)len << 3;
+	uint8_t *e = l->pad + 64 * l->pad_nb - 8;
+	for (int i = 0; i < 8; i++)
+		e[i] = (uint8_t)(bits >> (56 - 8 * i));
+	l->out = out;
+	l->busy = true;
+	if (full) {
+		l->p = buf;
+		l->nb = full;
+		l->in_pad = false;
+	} else {
+		l->p = l->pad;
+		l->nb = l->pad_nb;
+		l->in_pad = true;
+	}
+}
+
+/* k blocks of l are done: step on, into the padding, or out. */
+static void lane_advance(struct lane *l, size_t k)
+{
+	l->p += 64 * k;
+	l->nb -= k;
+	if (l->nb)
+		return;
+	if (!l->in_pad) {
+		l->p = l->pad;
+		l->nb = l->pad_nb;
+		l->in_pad = true;
+		return;
+	}
+	for (int i = 0; i < 8; i++) {
+		l->out[4 * i] = (uint8_t)(l->st[i] >> 24);
+		l->out[4 * i + 1] = (uint8_t)(l->st[i] >> 16);
+		l->out[4 * i + 2] = (uint8_t)(l->st[i] >> 8);
+		l->out[4 * i + 3] = (uint8_t)l->st[i];
+	}
+	l->busy = false;
+}
+
+static void lane_finish(struct lane *l)
+{
+	while (l->busy) {
+		size_t k = l->nb;
+		blocks1(l->st, l->p, k);
+		lane_advance(l, k);
+	}
+}
+
+void dmar_sha256(const void *buf, size_t len, uint8_t out[32])
+{
+	struct lane l;
+	lane_start(&l, buf, len, out);
+	lane_finish(&l);
+}
+
+static bool refill(struct lane *l, dmar_sha256_next_fn next, void *ctx)
+{
+	const uint8_t *buf;
+	size_t len;
+	uint8_t *out;
+	if (!next(ctx, &buf, &len, &out))
+		return false;
+	lane_start(l, buf, len, out);
+	return true;
+}
+
+void dmar_sha256_stream(dmar_sha256_next_fn next, void *ctx)
+{
+	struct lane l[2];
+	l[0].busy = l[1].busy = false;
+	if (!refill(&l[0], next, ctx))
+		return;
+	bool more = refill(&l[1], next, ctx);
+	while (l[0].busy && l[1].busy) {
+		size_t k = l[0].nb < l[1].nb ? l[0].nb : l[1].nb;
+		blocks2(l[0].st, l[0].p, l[1].st, l[1].p, k);
+		lane_advance(&l[0], k);
+		lane_advance(&l[1], k);
+		for (int i = 0; i < 2; i++)
+			if (more && !l[i].busy)
+				more = refill(&l[i], next, ctx);
+	}
+	/* No message left to pair with: whatever is in flight ends alone. */
+	lane_finish(&l[0]);
+	lane_finish(&l[1]);
+}
+
+#else
+/* Not x86-64: hash.c uses libcrypto alone.  ISO C wants a declaration. */
+typedef int dmar_sha256_unused;
+#endif /* DMAR_SHA256_HW */

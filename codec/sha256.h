@@ -1,0 +1,45 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * sha256.h - SHA-256 on the x86 SHA extensions (SHA-NI), one message at a
+ * time or two at once.
+ *
+ * A single SHA-256 stream is bound by the latency of sha256rnds2, not by
+ * its throughput: each pair of rounds waits for the previous one.  Two
+ * independent messages interleaved fill those bubbles, about 1.7x the
+ * bytes per core of one stream (or of libcrypto, which hashes one).  The
+ * codec hashes tens of thousands of independent chunks per GiB, so it
+ * feeds them through two lanes (dmar_sha256_stream).
+ *
+ * hash.c is the only user: it picks this code or libcrypto at run time.
+ * Everything here exists only where DMAR_SHA256_HW is defined (x86-64);
+ * callers must also check dmar_sha256_cpu() before using it.
+ */
+#ifndef DMAR_SHA256_H
+#define DMAR_SHA256_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define DMAR_SHA256_HW 1
+
+/* Does this CPU have SHA-NI and SSE4.1 (cpuid, checked once)? */
+bool dmar_sha256_cpu(void);
+
+/* out = SHA-256(buf[0..len)).  Only when dmar_sha256_cpu(). */
+void dmar_sha256(const void *buf, size_t len, uint8_t out[32]);
+
+/* Source of messages for dmar_sha256_stream: store the next message's
+ * bytes, length and digest destination and return true, or return false
+ * when there are no more. */
+typedef bool (*dmar_sha256_next_fn)(void *ctx, const uint8_t **buf, size_t *len, uint8_t **out);
+
+/* Hash every message next() yields, two at a time: as soon as one lane
+ * finishes its message it takes the next, so lengths need not match and
+ * only the last message runs alone.  Only when dmar_sha256_cpu(). */
+void dmar_sha256_stream(dmar_sha256_next_fn next, void *ctx);
+
+#endif /* __x86_64__ */
+
+#endif /* DMAR_SHA256_H */
