@@ -830,25 +830,38 @@ static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	fuse_reply_err(req, 0);
 }
 
-/* Encode a file's RAW extents.  The cutting, hashing and storing run
- * under the shared lock (readers and stat go on); only the swap takes the
- * exclusive one.  A write in between makes the plan stale: retry when
- * asked (fsync), else leave it to the next close. */
-void fs_encode_inode(struct dmarfs *fs, struct inode *i, bool retry)
+/* Encode a file's RAW extents, one step at a time (file.c: each step
+ * frees the RAW memory it converted, so a file nearly as big as the free
+ * space still encodes).  The cutting, hashing and storing of a step run
+ * under the shared lock: readers and stat go on, and what they read (RAW
+ * memory) is not touched.  Only the swap takes the exclusive lock, and it
+ * is the only place RAW memory is freed, so no reader can hold a pointer
+ * into freed memory: a read replies before it drops the shared lock.  A
+ * write in between makes the step's plan stale: it is redone up to tries
+ * times in all.  An arena too full for even one chunk stops the encode
+ * where it is; the file stays partly RAW, which reads the same. */
+int fs_encode_with(struct inode *i, struct dmar_fsctx *c, int tries)
 {
-	for (int tries = 0; tries < (retry ? 3 : 1); tries++) {
+	for (int stale = 0;;) {
 		struct dmar_encode_plan *plan = NULL;
 		pthread_rwlock_rdlock(&i->lock);
-		int r = dmar_file_encode_prepare(&i->f, &fs->cfg.ctx, &plan);
+		int r = dmar_file_encode_prepare(&i->f, c, &plan);
 		pthread_rwlock_unlock(&i->lock);
 		if (r < 0 || !plan)
-			return;
+			return r;
 		pthread_rwlock_wrlock(&i->lock);
-		r = dmar_file_encode_commit(&i->f, &fs->cfg.ctx, plan);
+		r = dmar_file_encode_commit(&i->f, c, plan);
 		pthread_rwlock_unlock(&i->lock);
-		if (r != -EAGAIN)
-			return;
+		if (r == -EAGAIN && ++stale < tries)
+			continue;
+		if (r < 0)
+			return r;
 	}
+}
+
+void fs_encode_inode(struct dmarfs *fs, struct inode *i, bool retry)
+{
+	fs_encode_with(i, &fs->cfg.ctx, retry ? 3 : 1);
 }
 
 static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)

@@ -96,8 +96,11 @@ void fs_unlink_entry(struct dmarfs *fs, struct inode *d, struct dmar_dirent *e);
 void fs_touch_dir(struct inode *d);
 /* Takes ns. */
 nlink_t fs_get_nlink(struct dmarfs *fs, struct inode *i);
-/* Encode i's RAW extents (takes i->lock); with retry, again if a write
- * made the plan stale. */
+/* Encode i's RAW extents with c (takes i->lock, step by step): 0 when
+ * none was left at the last look, -EAGAIN when writes made tries plans
+ * stale, -ENOSPC when not even one chunk fitted, -ENOMEM. */
+int fs_encode_with(struct inode *i, struct dmar_fsctx *c, int tries);
+/* The same with the mount's context; with retry, 3 tries, else 1. */
 void fs_encode_inode(struct dmarfs *fs, struct inode *i, bool retry);
 /* A per-thread buffer of at least size bytes for decoded reads. */
 uint8_t *fs_read_scratch(size_t size);
