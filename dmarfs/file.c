@@ -2,7 +2,9 @@
 #include "config.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -548,6 +550,26 @@ int dmar_file_seek(const struct dmar_file *f, uint64_t off, bool data, uint64_t 
 		return -ENXIO;
 	*out = f->size;
 	return 0;
+}
+
+int dmar_file_fallocate(struct dmar_file *f, struct dmar_fsctx *c, int mode, int64_t off, int64_t len)
+{
+	if (off < 0 || len <= 0)
+		return -EINVAL;
+	if (mode == 0 || mode == FALLOC_FL_KEEP_SIZE)
+		return dmar_file_allocate(f, c, (uint64_t)off, (uint64_t)len, mode != 0);
+	if (mode == (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE))
+		return dmar_file_punch(f, c, (uint64_t)off, (uint64_t)len);
+	return -EOPNOTSUPP;
+}
+
+int dmar_file_lseek(const struct dmar_file *f, int64_t off, int whence, uint64_t *out)
+{
+	if (whence != SEEK_DATA && whence != SEEK_HOLE)
+		return -EINVAL;
+	if (off < 0)
+		return -ENXIO;
+	return dmar_file_seek(f, (uint64_t)off, whence == SEEK_DATA, out);
 }
 
 /* --- encoding ---------------------------------------------------------- */

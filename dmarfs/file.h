@@ -114,6 +114,16 @@ void dmar_file_stats(const struct dmar_file *f, struct dmar_fsctx *c, struct dma
 /* Bytes from off to the next data (SEEK_DATA) or hole (SEEK_HOLE). */
 int dmar_file_seek(const struct dmar_file *f, uint64_t off, bool data, uint64_t *out);
 
+/* The two system calls as the FUSE handlers of local and remote files
+ * both take them, the arguments unchecked:
+ * fallocate(2): mode 0 or FALLOC_FL_KEEP_SIZE reserves (dmar_file_allocate),
+ * FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE punches, other modes are
+ * -EOPNOTSUPP; a negative off or a len <= 0 is -EINVAL. */
+int dmar_file_fallocate(struct dmar_file *f, struct dmar_fsctx *c, int mode, int64_t off, int64_t len);
+/* lseek(2) with SEEK_DATA or SEEK_HOLE (else -EINVAL): *out, or -ENXIO
+ * for a negative off or one at or past the end. */
+int dmar_file_lseek(const struct dmar_file *f, int64_t off, int whence, uint64_t *out);
+
 /* ---- recipes: what a node ships (net/wire.h) ---- */
 
 /* f as a recipe (size and entries; mode and mtime are the caller's): every

@@ -728,13 +728,10 @@ uint8_t *fs_read_scratch(size_t size)
 	return s->b;
 }
 
-static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
+void fs_reply_read(fuse_req_t req, struct dmar_file *f, struct dmar_fsctx *c, size_t size, off_t off)
 {
-	(void)fi;
-	struct dmarfs *fs = FS(req);
-	struct inode *i = INO(req, ino);
 	/* Reply straight from arena memory: the kernel copies it once into
-	 * the reader's pages.  The inode lock keeps it stable meanwhile. */
+	 * the reader's pages.  The caller's lock keeps it stable meanwhile. */
 	enum { MAX_IOV = 64 };
 	struct iovec iov[MAX_IOV];
 	uint8_t *scratch = fs_read_scratch(size);
@@ -743,12 +740,19 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, stru
 		return;
 	}
 	size_t got = 0;
-	pthread_rwlock_rdlock(&i->lock);
-	int n = dmar_file_read_iov(&i->f, &fs->cfg.ctx, (uint64_t)off, size, iov, MAX_IOV, scratch, &got);
+	int n = dmar_file_read_iov(f, c, (uint64_t)off, size, iov, MAX_IOV, scratch, &got);
 	if (n < 0)
 		fuse_reply_err(req, -n);
 	else
 		fuse_reply_iov(req, iov, n);
+}
+
+static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
+{
+	(void)fi;
+	struct inode *i = INO(req, ino);
+	pthread_rwlock_rdlock(&i->lock);
+	fs_reply_read(req, &i->f, &FS(req)->cfg.ctx, size, off);
 	pthread_rwlock_unlock(&i->lock);
 }
 
@@ -1163,18 +1167,8 @@ static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, of
 	(void)fi;
 	struct dmarfs *fs = FS(req);
 	struct inode *i = INO(req, ino);
-	int r;
-	if (off < 0 || len <= 0) {
-		fuse_reply_err(req, EINVAL);
-		return;
-	}
 	pthread_rwlock_wrlock(&i->lock);
-	if (mode == 0 || mode == FALLOC_FL_KEEP_SIZE)
-		r = dmar_file_allocate(&i->f, &fs->cfg.ctx, (uint64_t)off, (uint64_t)len, mode != 0);
-	else if (mode == (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE))
-		r = dmar_file_punch(&i->f, &fs->cfg.ctx, (uint64_t)off, (uint64_t)len);
-	else
-		r = -EOPNOTSUPP;
+	int r = dmar_file_fallocate(&i->f, &fs->cfg.ctx, mode, off, len);
 	if (!r)
 		i->mtime = i->ctime = fs_now();
 	pthread_rwlock_unlock(&i->lock);
@@ -1218,18 +1212,11 @@ static void op_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence, stru
 {
 	(void)fi;
 	struct inode *i = INO(req, ino);
-	if (whence != SEEK_DATA && whence != SEEK_HOLE) {
-		fuse_reply_err(req, EINVAL);
-		return;
-	}
-	uint64_t out;
+	uint64_t out = 0;
 	pthread_rwlock_rdlock(&i->lock);
-	int r = off < 0 ? -ENXIO : dmar_file_seek(&i->f, (uint64_t)off, whence == SEEK_DATA, &out);
+	int r = dmar_file_lseek(&i->f, off, whence, &out);
 	pthread_rwlock_unlock(&i->lock);
-	if (r)
-		fuse_reply_err(req, -r);
-	else
-		fuse_reply_lseek(req, (off_t)out);
+	fs_reply_lseek(req, r, out);
 }
 
 static const struct fuse_lowlevel_ops ops = {
