@@ -2,7 +2,9 @@
 #include "config.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,11 +19,13 @@ struct dmar_extent {
 	uint64_t off, len;   /* logical range [off, off+len) */
 	uint8_t kind;
 	uint8_t enc;         /* CHUNK: payload encoding */
-	uint32_t skip;       /* CHUNK: first byte of the chunk this extent shows */
+	uint32_t skip;       /* CHUNK: first byte of the chunk this extent shows;
+			      * RAW: bytes of the allocation before the first one
+			      * (< DMAR_ARENA_UNIT: left by encode_commit's trim) */
 	uint32_t clen;       /* CHUNK: whole chunk length */
 	uint32_t stored;     /* CHUNK: payload bytes */
 	uint64_t aoff;       /* RAW: allocation; CHUNK: payload offset (stable while referenced) */
-	uint64_t acap;       /* RAW: allocation size */
+	uint64_t acap;       /* RAW: allocation size (from aoff, skip included) */
 	struct dmar_id id;   /* CHUNK */
 };
 
@@ -32,6 +36,10 @@ struct dmar_extent {
 #define APPEND_GRAIN (1u << 20)
 /* Encoding copies a run of RAW extents through a window this large. */
 #define ENCODE_WINDOW (4u << 20)
+/* One encode step converts about this many RAW bytes, then swaps them
+ * for chunks and frees them before the next step: encoding a file needs
+ * room for one step's chunks, not for a second copy of the file. */
+#define ENCODE_PIECE (8u << 20)
 
 void dmar_file_init(struct dmar_file *f)
 {
@@ -40,7 +48,7 @@ void dmar_file_init(struct dmar_file *f)
 
 static uint8_t *raw_ptr(struct dmar_fsctx *c, const struct dmar_extent *e)
 {
-	return dmar_arena_base(c->arena) + e->aoff;
+	return dmar_arena_base(c->arena) + e->aoff + e->skip;
 }
 
 static void ext_drop(struct dmar_fsctx *c, struct dmar_extent *e)
@@ -138,6 +146,7 @@ static int split_at(struct dmar_file *f, struct dmar_fsctx *c, uint64_t off)
 		memcpy(dmar_arena_base(c->arena) + a, raw_ptr(c, e) + head, t.len);
 		t.aoff = a;
 		t.acap = t.len;
+		t.skip = 0;
 	}
 	int r = reserve(f, 1);
 	if (r < 0) {
@@ -359,6 +368,7 @@ static int make_raw(struct dmar_file *f, struct dmar_fsctx *c, size_t i)
 	e->kind = EXT_RAW;
 	e->aoff = a;
 	e->acap = e->len;
+	e->skip = 0;
 	return 0;
 }
 
@@ -367,7 +377,7 @@ static int make_raw(struct dmar_file *f, struct dmar_fsctx *c, size_t i)
 static int append_space(struct dmar_file *f, struct dmar_fsctx *c, size_t len)
 {
 	struct dmar_extent *last = f->n ? &f->ext[f->n - 1] : NULL;
-	if (last && last->kind == EXT_RAW && last->acap - last->len >= len) {
+	if (last && last->kind == EXT_RAW && last->acap - last->skip - last->len >= len) {
 		last->len += len;
 		f->size += len;
 		return 0;
@@ -542,6 +552,26 @@ int dmar_file_seek(const struct dmar_file *f, uint64_t off, bool data, uint64_t 
 	return 0;
 }
 
+int dmar_file_fallocate(struct dmar_file *f, struct dmar_fsctx *c, int mode, int64_t off, int64_t len)
+{
+	if (off < 0 || len <= 0)
+		return -EINVAL;
+	if (mode == 0 || mode == FALLOC_FL_KEEP_SIZE)
+		return dmar_file_allocate(f, c, (uint64_t)off, (uint64_t)len, mode != 0);
+	if (mode == (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE))
+		return dmar_file_punch(f, c, (uint64_t)off, (uint64_t)len);
+	return -EOPNOTSUPP;
+}
+
+int dmar_file_lseek(const struct dmar_file *f, int64_t off, int whence, uint64_t *out)
+{
+	if (whence != SEEK_DATA && whence != SEEK_HOLE)
+		return -EINVAL;
+	if (off < 0)
+		return -ENXIO;
+	return dmar_file_seek(f, (uint64_t)off, whence == SEEK_DATA, out);
+}
+
 /* --- encoding ---------------------------------------------------------- */
 
 /* Store one chunk, compressing it only when the store lacks it. */
@@ -581,38 +611,47 @@ static int store_chunk(struct dmar_fsctx *c, const uint8_t *p, uint32_t len, str
 	return 0;
 }
 
-struct run_plan {
-	size_t i, j;             /* RAW extents [i, j) of the file ... */
-	struct dmar_extent *out; /* ... become these chunk extents */
-	size_t nout;
-};
-
+/*
+ * Encoding goes step by step.  A step (prepare) takes the first RAW run
+ * of the file and cuts, hashes and stores about ENCODE_PIECE bytes of it,
+ * stopping at a cut the chunker made on its own (content-defined or at
+ * the maximum size), never at one forced by the step's end: the chunker is
+ * stateless, so a file encoded in steps is cut exactly as it would be in
+ * one go and dedups the same.  Commit then swaps those bytes for the chunk
+ * extents and frees the RAW memory they lived in, extent by extent, and
+ * the head of the extent the step ended in.  The next step starts where
+ * the RAW bytes now start.  Peak use is the file plus one step's chunks.
+ */
 struct dmar_encode_plan {
 	uint64_t gen;            /* the file's generation when planned */
-	struct run_plan *runs;
-	size_t n;
+	size_t i;                /* the first RAW extent of the step ... */
+	uint64_t end;            /* ... up to this logical offset ... */
+	struct dmar_extent *out; /* ... becomes these chunk extents */
+	size_t nout;
 };
 
 static void plan_free(struct dmar_encode_plan *p, struct dmar_fsctx *c, bool drop_refs)
 {
 	if (!p)
 		return;
-	for (size_t k = 0; k < p->n; k++) {
-		for (size_t m = 0; drop_refs && m < p->runs[k].nout; m++)
-			dmar_store_unref(c->arena, &p->runs[k].out[m].id);
-		free(p->runs[k].out);
-	}
-	free(p->runs);
+	for (size_t m = 0; drop_refs && m < p->nout; m++)
+		dmar_store_unref(c->arena, &p->out[m].id);
+	free(p->out);
 	free(p);
 }
 
-/* Cut, hash and store the bytes of RAW extents [i, j); the chunk extents
- * (with their references taken) go to rp.  Reads the file only. */
-static int encode_run(const struct dmar_file *f, struct dmar_fsctx *c, size_t i, size_t j, struct run_plan *rp)
+/* Cut, hash and store the bytes of the RAW run starting at extent i, up
+ * to about ENCODE_PIECE of them; the chunk extents (with their references
+ * taken) go to p.  Reads the file only.  A store failure after some chunks
+ * (-ENOSPC: the arena is full) ends the step early with what it has, so
+ * that commit frees their RAW memory and the next step finds room; with
+ * no chunk stored it is the step's error. */
+static int encode_step(const struct dmar_file *f, struct dmar_fsctx *c, size_t i, struct dmar_encode_plan *p)
 {
 	uint64_t start = f->ext[i].off, total = 0;
-	for (size_t k = i; k < j; k++)
-		total += f->ext[k].len;
+	size_t j = i;
+	while (j < f->n && f->ext[j].kind == EXT_RAW)
+		total += f->ext[j++].len;
 	size_t wcap = ENCODE_WINDOW + c->chunker.max;
 	uint8_t *win = malloc(wcap);
 	struct dmar_extent *out = NULL;
@@ -622,7 +661,7 @@ static int encode_run(const struct dmar_file *f, struct dmar_fsctx *c, size_t i,
 	size_t wlen = 0, k = i;
 	uint64_t kin = 0, fed = 0, cut = 0;
 	int r = 0;
-	while (cut < total) {
+	while (cut < total && cut < ENCODE_PIECE && !r) {
 		/* Fill the window from the run. */
 		while (wlen < wcap && k < j) {
 			const struct dmar_extent *e = &f->ext[k];
@@ -638,14 +677,13 @@ static int encode_run(const struct dmar_file *f, struct dmar_fsctx *c, size_t i,
 		}
 		bool eof = fed == total;
 		size_t pos = 0;
-		while (pos < wlen) {
+		while (pos < wlen && cut < ENCODE_PIECE) {
 			size_t n = dmar_chunker_next(&c->chunker, win + pos, wlen - pos, eof);
 			if (!n)
 				break;
-			if ((r = grow_extents(&out, &capout, nout + 1)) < 0)
-				goto fail;
-			if ((r = store_chunk(c, win + pos, (uint32_t)n, &out[nout])) < 0)
-				goto fail;
+			if ((r = grow_extents(&out, &capout, nout + 1)) < 0 ||
+			    (r = store_chunk(c, win + pos, (uint32_t)n, &out[nout])) < 0)
+				break;
 			out[nout].off = start + cut;
 			nout++;
 			pos += n;
@@ -655,14 +693,15 @@ static int encode_run(const struct dmar_file *f, struct dmar_fsctx *c, size_t i,
 		wlen -= pos;
 	}
 	free(win);
-	*rp = (struct run_plan){ i, j, out, nout };
+	if (r < 0 && !nout) {
+		free(out);
+		return r;
+	}
+	p->i = i;
+	p->end = start + cut;
+	p->out = out;
+	p->nout = nout;
 	return 0;
-fail:
-	for (size_t m = 0; m < nout; m++)
-		dmar_store_unref(c->arena, &out[m].id);
-	free(out);
-	free(win);
-	return r;
 }
 
 int dmar_file_encode_prepare(const struct dmar_file *f, struct dmar_fsctx *c, struct dmar_encode_plan **out)
@@ -670,40 +709,41 @@ int dmar_file_encode_prepare(const struct dmar_file *f, struct dmar_fsctx *c, st
 	*out = NULL;
 	if (!f->dirty || c->encode == DMAR_ENCODE_NONE)
 		return 0;
+	size_t i = 0;
+	while (i < f->n && f->ext[i].kind != EXT_RAW)
+		i++;
+	if (i == f->n)
+		return 0; /* dirty, but the RAW bytes were truncated or punched away */
 	struct dmar_encode_plan *p = calloc(1, sizeof(*p));
 	if (!p)
 		return -ENOMEM;
 	p->gen = f->gen;
-	size_t cap = 0;
-	for (size_t i = 0; i < f->n;) {
-		if (f->ext[i].kind != EXT_RAW) {
-			i++;
-			continue;
-		}
-		size_t j = i;
-		while (j < f->n && f->ext[j].kind == EXT_RAW)
-			j++;
-		if (p->n == cap) {
-			cap = cap ? cap * 2 : 4;
-			struct run_plan *nr = realloc(p->runs, cap * sizeof(*nr));
-			if (!nr) {
-				plan_free(p, c, true);
-				return -ENOMEM;
-			}
-			p->runs = nr;
-		}
-		int r = encode_run(f, c, i, j, &p->runs[p->n]);
-		if (r < 0) {
-			/* ENOSPC while storing: the file stays RAW, which is
-			 * correct, only not encoded. */
-			plan_free(p, c, true);
-			return r;
-		}
-		p->n++;
-		i = j;
+	int r = encode_step(f, c, i, p);
+	if (r < 0) {
+		/* ENOSPC before the first chunk: the file stays RAW from
+		 * here on, which is correct, only not encoded. */
+		free(p);
+		return r;
 	}
 	*out = p;
 	return 0;
+}
+
+/* Drop the first h bytes of RAW extent e (h < e->len), giving back the
+ * whole units of its allocation they held.  The memory is free for other
+ * allocations at once: the caller holds the exclusive lock, so no reader
+ * of this file holds a pointer into it (readers reply under the shared
+ * lock), and no other file ever pointed at it. */
+static void raw_trim_head(struct dmar_fsctx *c, struct dmar_extent *e, uint64_t h)
+{
+	uint64_t from = e->skip + h;
+	uint64_t give = from / DMAR_ARENA_UNIT * DMAR_ARENA_UNIT;
+	dmar_arena_release(c->arena, e->aoff, give);
+	e->aoff += give;
+	e->acap -= give;
+	e->skip = (uint32_t)(from - give);
+	e->off += h;
+	e->len -= h;
 }
 
 int dmar_file_encode_commit(struct dmar_file *f, struct dmar_fsctx *c, struct dmar_encode_plan *p)
@@ -714,23 +754,24 @@ int dmar_file_encode_commit(struct dmar_file *f, struct dmar_fsctx *c, struct dm
 		plan_free(p, c, true);
 		return -EAGAIN;
 	}
-	size_t extra = 0;
-	for (size_t k = 0; k < p->n; k++)
-		extra += p->runs[k].nout;
-	int r = reserve(f, extra);
+	int r = reserve(f, p->nout);
 	if (r < 0) {
 		plan_free(p, c, true);
 		return r;
 	}
-	/* Last run first, so the indices of the earlier ones stay valid. */
-	for (size_t k = p->n; k-- > 0;) {
-		struct run_plan *rp = &p->runs[k];
-		for (size_t m = rp->i; m < rp->j; m++)
-			ext_drop(c, &f->ext[m]);
-		remove_at(f, rp->i, rp->j - rp->i);
-		insert_at(f, rp->i, rp->out, rp->nout);
-	}
-	f->dirty = false;
+	/* RAW extents [i, j) lie wholly before the step's end and go; the
+	 * one the end falls inside (if any) loses its head. */
+	size_t i = p->i, j = i;
+	while (j < f->n && f->ext[j].off + f->ext[j].len <= p->end)
+		ext_drop(c, &f->ext[j++]);
+	if (j < f->n && f->ext[j].off < p->end)
+		raw_trim_head(c, &f->ext[j], p->end - f->ext[j].off);
+	remove_at(f, i, j - i);
+	insert_at(f, i, p->out, p->nout);
+	bool raw = false;
+	for (size_t k = i + p->nout; k < f->n && !raw; k++)
+		raw = f->ext[k].kind == EXT_RAW;
+	f->dirty = raw;
 	f->gen++;
 	plan_free(p, c, false);
 	return 0;
@@ -738,11 +779,14 @@ int dmar_file_encode_commit(struct dmar_file *f, struct dmar_fsctx *c, struct dm
 
 int dmar_file_encode(struct dmar_file *f, struct dmar_fsctx *c)
 {
-	struct dmar_encode_plan *p;
-	int r = dmar_file_encode_prepare(f, c, &p);
-	if (r < 0)
-		return r;
-	return dmar_file_encode_commit(f, c, p);
+	for (;;) {
+		struct dmar_encode_plan *p;
+		int r = dmar_file_encode_prepare(f, c, &p);
+		if (r < 0 || !p)
+			return r;
+		if ((r = dmar_file_encode_commit(f, c, p)) < 0)
+			return r;
+	}
 }
 
 /* --- sharing (copy_file_range) ----------------------------------------- */
@@ -783,6 +827,7 @@ ssize_t dmar_file_share(struct dmar_file *dst, struct dmar_file *src, struct dma
 			memcpy(dmar_arena_base(c->arena) + a, raw_ptr(c, e) + in, n);
 			x.aoff = a;
 			x.acap = n;
+			x.skip = 0;
 		}
 		tmp[nt++] = x;
 		done += n;

@@ -85,14 +85,19 @@ int dmar_file_punch(struct dmar_file *f, struct dmar_fsctx *c, uint64_t off, uin
  * the bytes copied (less than len at src's EOF) or -errno. */
 ssize_t dmar_file_share(struct dmar_file *dst, struct dmar_file *src, struct dmar_fsctx *c, uint64_t doff,
 			uint64_t soff, uint64_t len);
-/* Encode all RAW extents into chunks. */
+/* Encode all RAW extents into chunks (step by step, as below). */
 int dmar_file_encode(struct dmar_file *f, struct dmar_fsctx *c);
 
-/* The same in two steps, so that the long part needs only a shared lock:
- * prepare reads the file (cut, hash, store the chunks: *plan is NULL when
- * there is nothing to do); commit, under the exclusive lock, swaps the
- * chunks in, or returns -EAGAIN (dropping the plan) if the file changed
- * since prepare.  Either way commit frees the plan. */
+/* One step of that, in two parts, so that the long one needs only a
+ * shared lock: prepare reads the file (cuts, hashes and stores the chunks
+ * of about 8 MiB of its first RAW run: *plan is NULL when there is nothing
+ * to do; -ENOSPC when not even one chunk fits); commit, under the
+ * exclusive lock, swaps the chunks in and frees the RAW memory they
+ * replace, or returns -EAGAIN (dropping the plan) if the file changed
+ * since prepare.  Either way commit frees the plan.  Repeat until prepare
+ * gives no plan: each step needs room for its own chunks only, so a file
+ * encodes in about its size plus one step.  A step stops early with the
+ * chunks it could store when the arena fills up; the rest stays RAW. */
 struct dmar_encode_plan;
 int dmar_file_encode_prepare(const struct dmar_file *f, struct dmar_fsctx *c, struct dmar_encode_plan **plan);
 int dmar_file_encode_commit(struct dmar_file *f, struct dmar_fsctx *c, struct dmar_encode_plan *plan);
@@ -108,6 +113,16 @@ struct dmar_file_stats {
 void dmar_file_stats(const struct dmar_file *f, struct dmar_fsctx *c, struct dmar_file_stats *st);
 /* Bytes from off to the next data (SEEK_DATA) or hole (SEEK_HOLE). */
 int dmar_file_seek(const struct dmar_file *f, uint64_t off, bool data, uint64_t *out);
+
+/* The two system calls as the FUSE handlers of local and remote files
+ * both take them, the arguments unchecked:
+ * fallocate(2): mode 0 or FALLOC_FL_KEEP_SIZE reserves (dmar_file_allocate),
+ * FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE punches, other modes are
+ * -EOPNOTSUPP; a negative off or a len <= 0 is -EINVAL. */
+int dmar_file_fallocate(struct dmar_file *f, struct dmar_fsctx *c, int mode, int64_t off, int64_t len);
+/* lseek(2) with SEEK_DATA or SEEK_HOLE (else -EINVAL): *out, or -ENXIO
+ * for a negative off or one at or past the end. */
+int dmar_file_lseek(const struct dmar_file *f, int64_t off, int whence, uint64_t *out);
 
 /* ---- recipes: what a node ships (net/wire.h) ---- */
 

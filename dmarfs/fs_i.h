@@ -96,9 +96,23 @@ void fs_unlink_entry(struct dmarfs *fs, struct inode *d, struct dmar_dirent *e);
 void fs_touch_dir(struct inode *d);
 /* Takes ns. */
 nlink_t fs_get_nlink(struct dmarfs *fs, struct inode *i);
-/* Encode i's RAW extents (takes i->lock); with retry, again if a write
- * made the plan stale. */
+/* Encode i's RAW extents with c (takes i->lock, step by step): 0 when
+ * none was left at the last look, -EAGAIN when writes made tries plans
+ * stale, -ENOSPC when not even one chunk fitted, -ENOMEM. */
+int fs_encode_with(struct inode *i, struct dmar_fsctx *c, int tries);
+/* The same with the mount's context; with retry, 3 tries, else 1. */
 void fs_encode_inode(struct dmarfs *fs, struct inode *i, bool retry);
+/* Reply to a read of f: the caller holds f's lock (shared is enough)
+ * until this returns, since the reply points into the arena. */
+void fs_reply_read(fuse_req_t req, struct dmar_file *f, struct dmar_fsctx *c, size_t size, off_t off);
+/* Reply to an lseek with dmar_file_lseek's result r and offset out. */
+static inline void fs_reply_lseek(fuse_req_t req, int r, uint64_t out)
+{
+	if (r)
+		fuse_reply_err(req, -r);
+	else
+		fuse_reply_lseek(req, (off_t)out);
+}
 /* A per-thread buffer of at least size bytes for decoded reads. */
 uint8_t *fs_read_scratch(size_t size);
 /* A dmar_file_write_with copy callback reading a struct fuse_bufvec. */

@@ -556,15 +556,12 @@ static int take_recipe(struct dmarfs *fs, struct inode *i, struct dmar_recipe *r
 	if (c.encode == DMAR_ENCODE_NONE)
 		c.encode = DMAR_ENCODE_DEDUP;
 	for (int tries = 0; tries < 8; tries++) {
-		struct dmar_encode_plan *plan = NULL;
-		pthread_rwlock_rdlock(&i->lock);
-		int r = dmar_file_encode_prepare(&i->f, &c, &plan);
-		pthread_rwlock_unlock(&i->lock);
-		if (r < 0)
+		int r = fs_encode_with(i, &c, 1);
+		if (r < 0 && r != -EAGAIN)
 			return r;
 		pthread_rwlock_wrlock(&i->lock);
-		r = plan ? dmar_file_encode_commit(&i->f, &c, plan) : 0;
-		if (!r && !(r = dmar_file_recipe(&i->f, rc))) {
+		/* -EAGAIN if a write left RAW bytes since the encode. */
+		if (!(r = dmar_file_recipe(&i->f, rc))) {
 			rc->mode = i->mode & 07777;
 			rc->mtime_sec = i->mtime.tv_sec;
 			rc->mtime_nsec = (uint32_t)i->mtime.tv_nsec;

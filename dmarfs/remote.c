@@ -733,22 +733,11 @@ out:
 
 static void r_read(fuse_req_t req, struct rinode *ri, size_t size, off_t off)
 {
-	struct dmarfs *fs = FS(req);
-	enum { MAX_IOV = 64 };
-	struct iovec iov[MAX_IOV];
-	uint8_t *scratch = fs_read_scratch(size);
-	if (!scratch) {
-		fuse_reply_err(req, ENOMEM);
-		return;
-	}
-	size_t got = 0;
 	pthread_rwlock_rdlock(&ri->lock);
-	int n = ri->loaded ? dmar_file_read_iov(&ri->f, &fs->cfg.ctx, (uint64_t)off, size, iov, MAX_IOV, scratch, &got)
-			   : -EIO;
-	if (n < 0)
-		fuse_reply_err(req, -n);
+	if (ri->loaded)
+		fs_reply_read(req, &ri->f, &FS(req)->cfg.ctx, size, off);
 	else
-		fuse_reply_iov(req, iov, n);
+		fuse_reply_err(req, EIO);
 	pthread_rwlock_unlock(&ri->lock);
 }
 
@@ -906,16 +895,8 @@ static void r_readlink(fuse_req_t req, struct rinode *ri)
 static void r_fallocate(fuse_req_t req, struct rinode *ri, int mode, off_t off, off_t len)
 {
 	struct dmarfs *fs = FS(req);
-	int r;
 	pthread_rwlock_wrlock(&ri->lock);
-	if (!ri->loaded)
-		r = -EIO;
-	else if (mode == 0 || mode == FALLOC_FL_KEEP_SIZE)
-		r = dmar_file_allocate(&ri->f, &fs->cfg.ctx, (uint64_t)off, (uint64_t)len, mode != 0);
-	else if (mode == (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE))
-		r = dmar_file_punch(&ri->f, &fs->cfg.ctx, (uint64_t)off, (uint64_t)len);
-	else
-		r = -EOPNOTSUPP;
+	int r = ri->loaded ? dmar_file_fallocate(&ri->f, &fs->cfg.ctx, mode, off, len) : -EIO;
 	if (!r)
 		ri->dirty = true;
 	pthread_rwlock_unlock(&ri->lock);
@@ -924,18 +905,11 @@ static void r_fallocate(fuse_req_t req, struct rinode *ri, int mode, off_t off, 
 
 static void r_lseek(fuse_req_t req, struct rinode *ri, off_t off, int whence)
 {
-	if (whence != SEEK_DATA && whence != SEEK_HOLE) {
-		fuse_reply_err(req, EINVAL);
-		return;
-	}
-	uint64_t out;
+	uint64_t out = 0;
 	pthread_rwlock_rdlock(&ri->lock);
-	int r = !ri->loaded ? -EIO : off < 0 ? -ENXIO : dmar_file_seek(&ri->f, (uint64_t)off, whence == SEEK_DATA, &out);
+	int r = ri->loaded ? dmar_file_lseek(&ri->f, off, whence, &out) : -EIO;
 	pthread_rwlock_unlock(&ri->lock);
-	if (r)
-		fuse_reply_err(req, -r);
-	else
-		fuse_reply_lseek(req, (off_t)out);
+	fs_reply_lseek(req, r, out);
 }
 
 /* ---- the wrapper ---------------------------------------------------------- */

@@ -1589,6 +1589,55 @@ static int t_mmap(void)
 	return 0;
 }
 
+/* A write-only open writes around the page cache (dmarfs opens it with
+ * direct I/O): readers that have the old bytes cached, by read() or by a
+ * shared mapping, must see the new ones at once, and so must a new open. */
+static int t_wronly_coherent(void)
+{
+	const size_t len = 1 * MiB;
+	uint8_t *buf = xmalloc(len), *got = xmalloc(len);
+	prng_fill(buf, len, 21);
+	if (make_file(P("wo"), buf, len, 0644) < 0)
+		return -1;
+	int r = open(P("wo"), O_RDONLY);
+	EXPECT(r >= 0, "open: %s", strerrorname_np(errno));
+	EXPECT(read_all(r, got, len, 0) == (ssize_t)len, "first read");
+	uint8_t *m = mmap(NULL, len, PROT_READ, MAP_SHARED, r, 0);
+	EXPECT(m != MAP_FAILED, "mmap: %s", strerrorname_np(errno));
+	EXPECT(m[8192 + 7] == buf[8192 + 7], "mapping differs before the write");
+	int w = open(P("wo"), O_WRONLY);
+	EXPECT(w >= 0, "open O_WRONLY: %s", strerrorname_np(errno));
+	EXPECT(pwrite(w, "write-only-bytes", 16, 8192) == 16, "pwrite: %s", strerrorname_np(errno));
+	memcpy(buf + 8192, "write-only-bytes", 16);
+	EXPECT(read_all(r, got, len, 0) == (ssize_t)len, "read after the write");
+	size_t d = first_diff(got, buf, len);
+	EXPECT(d == len, "a reader open before the O_WRONLY write reads old bytes (differs at %zu)", d);
+	EXPECT(!memcmp(m + 8192, "write-only-bytes", 16), "the shared mapping shows old bytes ('%.16s')", m + 8192);
+	/* appends grow the size every open sees */
+	int a = open(P("wo"), O_WRONLY | O_APPEND);
+	EXPECT(a >= 0, "open O_WRONLY|O_APPEND: %s", strerrorname_np(errno));
+	EXPECT(write(a, "tail", 4) == 4, "append: %s", strerrorname_np(errno));
+	struct stat st;
+	OK(fstat(r, &st));
+	EXPECT(st.st_size == (off_t)len + 4, "size after an append through O_WRONLY: %lld", (long long)st.st_size);
+	char tail[4];
+	EXPECT(pread(r, tail, 4, (off_t)len) == 4 && !memcmp(tail, "tail", 4), "the appended bytes do not read back");
+	OK(close(a));
+	OK(close(w));
+	OK(munmap(m, len));
+	OK(close(r));
+	int r2 = open(P("wo"), O_RDONLY);
+	EXPECT(r2 >= 0, "reopen: %s", strerrorname_np(errno));
+	EXPECT(read_all(r2, got, len, 0) == (ssize_t)len, "read after reopen");
+	d = first_diff(got, buf, len);
+	EXPECT(d == len, "a new open reads old bytes (differs at %zu)", d);
+	OK(close(r2));
+	OK(unlink(P("wo")));
+	xfree(buf);
+	xfree(got);
+	return 0;
+}
+
 static bool list_has(const char *list, ssize_t len, const char *name)
 {
 	for (ssize_t k = 0; k < len; k += (ssize_t)strlen(list + k) + 1)
@@ -2010,6 +2059,7 @@ static const struct check checks[] = {
 	{ "fsync/fdatasync (and encoding state)", t_fsync },
 	{ "fcntl and flock locks between processes", t_locks },
 	{ "shared writable mmap coherent with read/write", t_mmap },
+	{ "O_WRONLY writes (direct I/O) seen by cached readers and mappings", t_wronly_coherent },
 	{ "user.* xattrs and read-only user.dmar.*", t_xattr },
 	{ "statfs: size, used after 64 MiB and after unlink", t_statfs },
 	{ "copy_file_range by reference", t_copy_file_range },
