@@ -96,8 +96,24 @@ struct cli_net {
 int cli_net_load(struct cli_net *n);
 /* The peer called name; NULL (reported: "no peer named x in FILE"). */
 const struct dmar_peer *cli_net_peer(struct cli_net *n, const char *name);
-/* A new client for p (free with dmar_client_free). 0 or -1 (reported). */
+/* A new client for p (free with dmar_client_free) with n's token, CA and
+ * streams and these timeouts (0: the client's defaults): the one place a
+ * command opens a client for a peer.  0 or a negative errno (in err, not
+ * reported). */
+int cli_net_open(const struct cli_net *n, const struct dmar_peer *p, long connect_timeout_ms, long timeout_ms,
+		 struct dmar_client **out, struct dmar_error *err);
+/* cli_net_open with n's timeouts. 0 or -1 (reported). */
 int cli_net_client(struct cli_net *n, const struct dmar_peer *p, struct dmar_client **out);
+
+/* --peers FILE, --token FILE, --tls-ca FILE: the options every remote
+ * command takes, as getopt_long entries, and their parsing: true if c was
+ * one of them (n updated from optarg). */
+enum { CLI_OPT_PEERS = 300, CLI_OPT_TOKEN, CLI_OPT_TLS_CA, CLI_OPT_NEXT };
+#define CLI_NET_LONG_OPTIONS                                           \
+	{ "peers", required_argument, NULL, CLI_OPT_PEERS },           \
+	{ "token", required_argument, NULL, CLI_OPT_TOKEN },           \
+	{ "tls-ca", required_argument, NULL, CLI_OPT_TLS_CA }
+bool cli_net_option(int c, struct cli_net *n);
 void cli_net_free(struct cli_net *n); /* wipes the token */
 /* "HOST:PORT" (IPv6 in brackets) into buf[cap]. */
 const char *cli_peer_address(const struct dmar_peer *p, char *buf, size_t cap);

@@ -56,7 +56,6 @@ static const char cp_help[] =
 	"  -v, --verbose         a progress line even when stderr is no terminal\n"
 	"  -h, --help            this help\n";
 
-enum { OPT_PEERS = 300, OPT_TOKEN, OPT_TLS_CA };
 
 /* Read this much of the file at a time; at least DMAR_CHUNK_MAX_DEFAULT. */
 #define CP_WINDOW (4u << 20)
@@ -784,9 +783,7 @@ int cmd_cp(int argc, char **argv)
 		{ "no-clobber", no_argument, NULL, 'n' },
 		{ "force", no_argument, NULL, 'f' },
 		{ "streams", required_argument, NULL, 'T' },
-		{ "peers", required_argument, NULL, OPT_PEERS },
-		{ "token", required_argument, NULL, OPT_TOKEN },
-		{ "tls-ca", required_argument, NULL, OPT_TLS_CA },
+		CLI_NET_LONG_OPTIONS,
 		{ "quiet", no_argument, NULL, 'q' },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
@@ -797,6 +794,8 @@ int cmd_cp(int argc, char **argv)
 	int c;
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, ":nfT:qvh", lo, NULL)) != -1) {
+		if (cli_net_option(c, &net))
+			continue;
 		switch (c) {
 		case 'n': noreplace = true; break;
 		case 'f': noreplace = false; break;
@@ -804,9 +803,6 @@ int cmd_cp(int argc, char **argv)
 			if (cli_parse_threads(optarg, &net.streams) < 0 || net.streams > 64)
 				return cli_usage("invalid stream count '%s' (1..64)", optarg);
 			break;
-		case OPT_PEERS: net.peers_path = optarg; break;
-		case OPT_TOKEN: net.token_path = optarg; break;
-		case OPT_TLS_CA: net.tls_ca = optarg; break;
 		case 'q': cli_verbosity = 0; break;
 		case 'v': cli_verbosity = 2; break;
 		case 'h': fputs(cp_help, stdout); return 0;

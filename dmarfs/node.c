@@ -58,6 +58,11 @@ struct dmarfs_node {
 	size_t nstaged;
 	uint64_t next_reap;
 	uint64_t next_xfer; /* transfer ids for events, atomic */
+	/* The transfers this node shipped, for GET /v1/node: counts and the
+	 * last one's figures (what its client counted), under xfer_lock. */
+	pthread_mutex_t xfer_lock;
+	uint64_t xfers_done, xfers_failed;
+	json_t *xfer_last;
 };
 
 static uint64_t mono(void)
@@ -316,6 +321,10 @@ static int op_info(void *ctx, json_t **out, struct dmar_error *err)
 	pthread_mutex_lock(&n->fs->ns);
 	uint64_t inodes = n->fs->inodes;
 	pthread_mutex_unlock(&n->fs->ns);
+	pthread_mutex_lock(&n->xfer_lock);
+	json_t *xfers = json_pack("{s:I, s:I, s:O?}", "done", (json_int_t)n->xfers_done, "failed",
+				  (json_int_t)n->xfers_failed, "last", n->xfer_last);
+	pthread_mutex_unlock(&n->xfer_lock);
 	const char *enc = CTX(n)->encode == DMAR_ENCODE_NONE ? "none"
 			  : CTX(n)->encode == DMAR_ENCODE_DEDUP ? "dedup" : "zstd";
 	*out = json_pack("{s:s, s:{s:I, s:I, s:I, s:s, s:I}, s:{s:I, s:I, s:I, s:I, s:I}, s:I, s:s, s:o}", "name",
@@ -326,6 +335,10 @@ static int op_info(void *ctx, json_t **out, struct dmar_error *err)
 			 (json_int_t)ss.stored_bytes, "chunk_bytes", (json_int_t)ss.chunk_bytes, "staged",
 			 (json_int_t)staged, "inodes", (json_int_t)inodes, "encode", enc, "peers",
 			 peers ? peers : json_array());
+	if (*out && xfers)
+		json_object_set_new(*out, "transfers", xfers);
+	else
+		json_decref(xfers);
 	return *out ? 0 : -ENOMEM;
 }
 
@@ -660,10 +673,11 @@ static int op_transfer(void *ctx, const char *path, const char *to, const char *
 	if (r < 0)
 		return r;
 	double s = st.seconds > 0 ? st.seconds : 1e-9;
-	*out = json_pack("{s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:f, s:f, s:f}", "path", path, "to", to, "dest",
-			 dest, "logical_bytes", (json_int_t)st.logical, "wire_bytes", (json_int_t)st.wire_bytes,
+	*out = json_pack("{s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:f, s:f}", "path", path, "to", to,
+			 "dest", dest, "logical_bytes", (json_int_t)st.logical, "wire_bytes", (json_int_t)st.wire_bytes,
 			 "chunks", (json_int_t)st.chunks, "chunks_sent", (json_int_t)st.sent_chunks, "round_trips",
-			 (json_int_t)st.round_trips, "seconds", st.seconds, "effective_MBps", st.logical / s / 1e6,
+			 (json_int_t)st.round_trips, "requests", (json_int_t)st.requests, "connects",
+			 (json_int_t)st.connects, "seconds", st.seconds, "effective_MBps", st.logical / s / 1e6,
 			 "wire_MBps", st.wire_bytes / s / 1e6);
 	return *out ? 0 : -ENOMEM;
 }
@@ -739,6 +753,9 @@ static json_t *xfer_event(const char *type, json_t *base, const struct dmar_xfer
 	json_object_set_new(ev, "logical_bytes", json_integer((json_int_t)st->logical));
 	json_object_set_new(ev, "wire_bytes", json_integer((json_int_t)st->wire_bytes));
 	json_object_set_new(ev, "chunks_sent", json_integer((json_int_t)st->sent_chunks));
+	json_object_set_new(ev, "round_trips", json_integer((json_int_t)st->round_trips));
+	json_object_set_new(ev, "requests", json_integer((json_int_t)st->requests));
+	json_object_set_new(ev, "connects", json_integer((json_int_t)st->connects));
 	json_object_set_new(ev, "seconds", json_real(st->seconds));
 	json_object_set_new(ev, "effective_MBps", json_real(st->logical / s / 1e6));
 	json_object_set_new(ev, "wire_MBps", json_real(st->wire_bytes / s / 1e6));
@@ -776,15 +793,25 @@ int dmarfs_node_ship(struct dmarfs_node *n, const char *to, const char *src, con
 	}
 	struct dmar_chunk_source cs = { .get = src_get, .put = src_put, .ctx = n };
 	int rc = dmar_client_push(cl, dest, r, &cs, noreplace, p.base ? on_progress : NULL, &p, st, err);
-	if (n->server && p.base) {
-		json_t *ev = xfer_event(rc < 0 ? "transfer.failed" : "transfer.done", p.base, st);
-		if (ev && rc < 0) {
-			json_object_set_new(ev, "error", json_string(err && err->msg[0] ? err->msg : strerror(-rc)));
-			json_object_set_new(ev, "errno", json_string(dmar_wire_errno_name(rc)));
-		}
-		if (ev)
-			dmar_server_event(n->server, ev);
+	json_t *ev = p.base ? xfer_event(rc < 0 ? "transfer.failed" : "transfer.done", p.base, st) : NULL;
+	if (ev && rc < 0) {
+		json_object_set_new(ev, "error", json_string(err && err->msg[0] ? err->msg : strerror(-rc)));
+		json_object_set_new(ev, "errno", json_string(dmar_wire_errno_name(rc)));
 	}
+	pthread_mutex_lock(&n->xfer_lock);
+	if (rc < 0)
+		n->xfers_failed++;
+	else
+		n->xfers_done++;
+	if (ev) {
+		json_decref(n->xfer_last);
+		n->xfer_last = json_deep_copy(ev);
+	}
+	pthread_mutex_unlock(&n->xfer_lock);
+	if (ev && n->server)
+		dmar_server_event(n->server, ev);
+	else
+		json_decref(ev);
 	json_decref(p.base);
 	return rc;
 }
@@ -850,6 +877,7 @@ int dmarfs_node_new(struct dmarfs_node **out, struct dmarfs *fs, const struct dm
 	n->fs = fs;
 	n->cfg = *cfg;
 	pthread_mutex_init(&n->stage_lock, NULL);
+	pthread_mutex_init(&n->xfer_lock, NULL);
 	int r = 0;
 	if (!(n->name = strdup(cfg->name ? cfg->name : "node"))) {
 		r = -ENOMEM;
@@ -920,6 +948,8 @@ void dmarfs_node_free(struct dmarfs_node *n)
 	dmar_peers_free(n->peers);
 	stage_clear(n);
 	pthread_mutex_destroy(&n->stage_lock);
+	pthread_mutex_destroy(&n->xfer_lock);
+	json_decref(n->xfer_last);
 	if (n->token)
 		memset(n->token, 0, strlen(n->token));
 	free(n->token);

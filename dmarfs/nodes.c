@@ -67,29 +67,43 @@ const struct dmar_peer *cli_net_peer(struct cli_net *n, const char *name)
 	return p;
 }
 
-int cli_net_client(struct cli_net *n, const struct dmar_peer *p, struct dmar_client **out)
+int cli_net_open(const struct cli_net *n, const struct dmar_peer *p, long connect_timeout_ms, long timeout_ms,
+		 struct dmar_client **out, struct dmar_error *err)
 {
 	char url[DMAR_PEER_URL_MAX];
-	if (dmar_peers_url(p, url, sizeof(url)) < 0) {
-		cli_err("%s: address too long", p->name);
-		return -1;
-	}
+	if (dmar_peers_url(p, url, sizeof(url)) < 0)
+		return dmar_error_set(err, -ENAMETOOLONG, "address too long");
 	struct dmar_client_opts o = {
 		.name = p->name,
 		.url = url,
 		.token = n->token,
 		.tls_ca = n->tls_ca,
 		.streams = n->streams,
-		.connect_timeout_ms = n->connect_timeout_ms,
-		.timeout_ms = n->timeout_ms,
+		.connect_timeout_ms = connect_timeout_ms,
+		.timeout_ms = timeout_ms,
 	};
+	return dmar_client_new(out, &o, err);
+}
+
+int cli_net_client(struct cli_net *n, const struct dmar_peer *p, struct dmar_client **out)
+{
 	struct dmar_error err = { 0 };
-	int r = dmar_client_new(out, &o, &err);
+	int r = cli_net_open(n, p, n->connect_timeout_ms, n->timeout_ms, out, &err);
 	if (r < 0) {
 		cli_err("%s: %s", p->name, err.code ? err.msg : strerror(-r));
 		return -1;
 	}
 	return 0;
+}
+
+bool cli_net_option(int c, struct cli_net *n)
+{
+	switch (c) {
+	case CLI_OPT_PEERS: n->peers_path = optarg; return true;
+	case CLI_OPT_TOKEN: n->token_path = optarg; return true;
+	case CLI_OPT_TLS_CA: n->tls_ca = optarg; return true;
+	default: return false;
+	}
 }
 
 void cli_net_free(struct cli_net *n)
@@ -117,18 +131,7 @@ const char *cli_net_why(int r, const struct dmar_error *err, char *buf, size_t c
 	return buf;
 }
 
-/* --peers, --token, --tls-ca: the options every remote command takes. */
-enum { OPT_PEERS = 300, OPT_TOKEN, OPT_TLS_CA, OPT_JSON, OPT_COUNT };
-
-static bool net_option(int c, struct cli_net *n)
-{
-	switch (c) {
-	case OPT_PEERS: n->peers_path = optarg; return true;
-	case OPT_TOKEN: n->token_path = optarg; return true;
-	case OPT_TLS_CA: n->tls_ca = optarg; return true;
-	default: return false;
-	}
-}
+enum { OPT_JSON = CLI_OPT_NEXT, OPT_COUNT };
 
 /* ---- dmar nodes ----------------------------------------------------------- */
 
@@ -169,14 +172,8 @@ static void *nodes_worker(void *arg)
 		if (i >= j->n)
 			return NULL;
 		struct node_row *w = &j->rows[i];
-		char url[DMAR_PEER_URL_MAX];
 		struct dmar_client *c = NULL;
-		struct dmar_client_opts o = { .name = w->p->name, .url = url, .token = j->net->token,
-					      .tls_ca = j->net->tls_ca, .connect_timeout_ms = NODES_CONNECT_MS,
-					      .timeout_ms = NODES_TIMEOUT_MS };
-		if (dmar_peers_url(w->p, url, sizeof(url)) < 0)
-			w->r = dmar_error_set(&w->err, -ENAMETOOLONG, "address too long");
-		else if ((w->r = dmar_client_new(&c, &o, &w->err)) == 0)
+		if ((w->r = cli_net_open(j->net, w->p, NODES_CONNECT_MS, NODES_TIMEOUT_MS, &c, &w->err)) == 0)
 			w->r = dmar_client_info(c, &w->info, &w->err);
 		dmar_client_free(c);
 	}
@@ -268,9 +265,7 @@ static int nodes_json(const struct node_row *rows, size_t n)
 int cmd_nodes(int argc, char **argv)
 {
 	static const struct option lo[] = {
-		{ "peers", required_argument, NULL, OPT_PEERS },
-		{ "token", required_argument, NULL, OPT_TOKEN },
-		{ "tls-ca", required_argument, NULL, OPT_TLS_CA },
+		CLI_NET_LONG_OPTIONS,
 		{ "json", no_argument, NULL, OPT_JSON },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
@@ -280,7 +275,7 @@ int cmd_nodes(int argc, char **argv)
 	int c;
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, ":h", lo, NULL)) != -1) {
-		if (net_option(c, &net))
+		if (cli_net_option(c, &net))
 			continue;
 		switch (c) {
 		case OPT_JSON: as_json = true; break;
@@ -696,9 +691,7 @@ static int watch_run(struct watch *w, struct cli_net *net, const struct dmar_pee
 int cmd_watch(int argc, char **argv)
 {
 	static const struct option lo[] = {
-		{ "peers", required_argument, NULL, OPT_PEERS },
-		{ "token", required_argument, NULL, OPT_TOKEN },
-		{ "tls-ca", required_argument, NULL, OPT_TLS_CA },
+		CLI_NET_LONG_OPTIONS,
 		{ "count", required_argument, NULL, OPT_COUNT },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
@@ -708,7 +701,7 @@ int cmd_watch(int argc, char **argv)
 	int c;
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, ":h", lo, NULL)) != -1) {
-		if (net_option(c, &net))
+		if (cli_net_option(c, &net))
 			continue;
 		switch (c) {
 		case OPT_COUNT: {

@@ -237,6 +237,7 @@ static void pool_put(struct dmar_client *c, CURL *h)
 struct tally {
 	uint64_t wire;
 	uint64_t rounds;
+	uint64_t requests, connects;
 };
 
 /*
@@ -260,6 +261,8 @@ struct call {
 	const atomic_int *abort_flag; /* another stream failed: stop now */
 	long status;
 	uint64_t wire;
+	bool answered;     /* an HTTP answer came back */
+	uint64_t connects; /* connections curl opened for this request */
 };
 
 static size_t call_write(char *p, size_t size, size_t nmemb, void *ud)
@@ -472,6 +475,11 @@ static int call_perform(struct call *k)
 {
 	curl_easy_setopt(k->h, CURLOPT_HTTPHEADER, k->hdrs);
 	CURLcode rc = curl_easy_perform(k->h);
+	long nc = 0;
+	if (curl_easy_getinfo(k->h, CURLINFO_NUM_CONNECTS, &nc) == CURLE_OK && nc > 0)
+		k->connects = (uint64_t)nc;
+	long st = 0;
+	k->answered = curl_easy_getinfo(k->h, CURLINFO_RESPONSE_CODE, &st) == CURLE_OK && st > 0;
 	if (k->cb_err)
 		return k->cb_err;
 	if (rc != CURLE_OK)
@@ -482,8 +490,11 @@ static int call_perform(struct call *k)
 
 static void call_end(struct call *k, struct tally *t)
 {
-	if (t)
+	if (t) {
 		t->wire += k->wire;
+		t->requests += k->answered;
+		t->connects += k->connects;
+	}
 	curl_slist_free_all(k->hdrs);
 	free(k->resp);
 	if (k->h)
@@ -912,12 +923,14 @@ static void engine_fail(struct engine *e, int code, const struct dmar_error *err
 
 /* Add a request's figures and tell the caller, under the lock so progress
  * is never called twice at once. */
-static void engine_account(struct engine *e, uint64_t chunks, uint64_t bytes, uint64_t wire)
+static void engine_account(struct engine *e, uint64_t chunks, uint64_t bytes, const struct call *k)
 {
 	pthread_mutex_lock(&e->lock);
 	e->st.sent_chunks += chunks;
 	e->st.chunk_bytes += bytes;
-	e->st.wire_bytes += wire;
+	e->st.wire_bytes += k->wire;
+	e->st.requests += k->answered;
+	e->st.connects += k->connects;
 	e->st.seconds = elapsed(&e->t0);
 	if (e->progress)
 		e->progress(e->pctx, &e->st);
@@ -1344,7 +1357,7 @@ static int batch_send(struct push_stream *s, struct dmar_error *err)
 		r = call_http_error(&k, NULL);
 	}
 out:
-	engine_account(&p->e, ok_chunks, ok_bytes, k.wire);
+	engine_account(&p->e, ok_chunks, ok_bytes, &k);
 	call_end(&k, NULL);
 	return r;
 }
@@ -1543,6 +1556,8 @@ int dmar_client_push(struct dmar_client *c, const char *path, const struct dmar_
 out:
 	/* wire bytes: the engine counted the uploads, t the rest */
 	p.e.st.wire_bytes += t.wire;
+	p.e.st.requests += t.requests;
+	p.e.st.connects += t.connects;
 	p.e.st.round_trips = t.rounds;
 	if (ret < 0 && p.e.err.code)
 		ret = p.e.err.code;
@@ -1649,7 +1664,7 @@ static int pull_batch(struct pull_stream *s, struct dmar_error *err)
 	if ((r = dmar_batch_parser_finish(s->parser, &perr)) < 0)
 		dmar_error_set(err, r, "%s: %s", p->e.c->label, perr.msg);
 out:
-	engine_account(&p->e, s->chunks, s->bytes, k.wire);
+	engine_account(&p->e, s->chunks, s->bytes, &k);
 	call_end(&k, NULL);
 	dmar_batch_parser_free(s->parser);
 	s->parser = NULL;

@@ -75,6 +75,8 @@ struct dmar_xfer_stats {
 	uint64_t chunk_bytes; /* their decoded bytes */
 	uint64_t wire_bytes;  /* HTTP bytes both ways: headers and bodies */
 	uint64_t round_trips; /* sequential request rounds (parallel batches count once) */
+	uint64_t requests;    /* HTTP requests answered, each of the parallel ones */
+	uint64_t connects;    /* new connections opened for them (each a TCP, and TLS, handshake) */
 	double seconds;
 };
 typedef void (*dmar_xfer_progress_fn)(void *ctx, const struct dmar_xfer_stats *st);

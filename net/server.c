@@ -40,6 +40,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -115,6 +116,10 @@ struct dmar_server {
 	struct ws_client *clients; /* protected by lock; only the event thread frees */
 	unsigned nclients;         /* protected by lock */
 	bool stopping;             /* protected by lock */
+	/* Served since the start, for GET /v1/node: what a client's
+	 * transfer cost this end, counted here rather than believed. */
+	atomic_uint_fast64_t requests;    /* every request that reached the handler */
+	atomic_uint_fast64_t connections; /* every connection accepted (a TCP, and TLS, handshake each) */
 };
 
 /* Per connection (MHD's socket context): the zstd state and scratch that
@@ -439,6 +444,9 @@ static enum MHD_Result h_node(struct req *q)
 		return reply_error(q, -EIO, 0, "node: info gave no object");
 	}
 	json_object_set_new(o, "version", json_string(PACKAGE_VERSION));
+	json_object_set_new(o, "server",
+			    json_pack("{s:I, s:I}", "requests", (json_int_t)atomic_load(&q->s->requests),
+				      "connections", (json_int_t)atomic_load(&q->s->connections)));
 	return reply_json(q, MHD_HTTP_OK, o);
 }
 
@@ -1424,6 +1432,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
 		q->conn = ci ? ci->socket_context : NULL;
 		if (!q->conn)
 			return MHD_NO;
+		atomic_fetch_add(&q->s->requests, 1);
 		return begin(q, url, method);
 	}
 	if (q->answered) {
@@ -1458,6 +1467,8 @@ static void connection_notify(void *cls, struct MHD_Connection *c, void **socket
 			      enum MHD_ConnectionNotificationCode toe)
 {
 	if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+		struct dmar_server *s = cls;
+		atomic_fetch_add(&s->connections, 1);
 		*socket_context = calloc(1, sizeof(struct conn));
 		return;
 	}

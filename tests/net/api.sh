@@ -322,6 +322,17 @@ used=$(json_get "$T/api.body" arena.used) || fail "GET /v1/node: no arena.used"
 [ "$used" -gt $((4 * MiB)) ] && [ "$used" -le "$size" ] || fail "GET /v1/node: arena.used $used (b holds 4 MiB of data)"
 grep -qi '^Content-Type: *application/json' "$T/api.hdr" || fail "GET /v1/node is not application/json"
 
+check "GET /v1/node: server.requests counts every request answered, server.connections every connection"
+r0=$(json_get "$T/api.body" server.requests) || fail "GET /v1/node: no server.requests: $(cat "$T/api.body")"
+n0=$(json_get "$T/api.body" server.connections) || fail "GET /v1/node: no server.connections"
+for p in /v1/files /v1/files/nothing-here /v1/nope; do net_api a b GET "$p" >/dev/null; done
+expect 200 "GET /v1/node" GET /v1/node
+r1=$(json_get "$T/api.body" server.requests)
+n1=$(json_get "$T/api.body" server.connections)
+# three requests and this GET, each curl on a connection of its own
+[ "$r1" = $((r0 + 4)) ] || fail "server.requests went from $r0 to $r1 over 4 requests"
+[ "$n1" = $((n0 + 4)) ] || fail "server.connections went from $n0 to $n1 over 4 curl runs"
+
 check "70 idle connections that never send a request do not lock authenticated clients out"
 # Anyone who reaches the port can open them: no token is needed to hold
 # a connection.  While they are open, GET /v1/node with the token must

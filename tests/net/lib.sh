@@ -294,17 +294,22 @@ net_cleanup() {
 
 # ---- nodes --------------------------------------------------------------------
 
-# net_url NAME [PATH]: the base URL of NAME's REST API (and PATH).
+# net_url NAME [PATH]: the base URL of NAME's REST API (and PATH);
+# https:// when NET_SCHEME=https (nodes with tls_cert=, tests/net/tls.sh).
 net_url() {
-	printf 'http://%s:%s%s\n' "$(net_addr_of "$1")" "$NET_PORT" "${2:-}"
+	printf '%s://%s:%s%s\n' "${NET_SCHEME:-http}" "$(net_addr_of "$1")" "$NET_PORT" "${2:-}"
 }
 
 # net_curl NAME CURLARGS...: curl in NAME's namespace with the token's
 # header (if net_token_file was called), connect timeout 3 s, the whole
-# request at most ${NET_CURL_MAX:-60} s.
+# request at most ${NET_CURL_MAX:-60} s; with NET_CACERT set, https
+# servers are checked against that CA (curl --cacert).
 net_curl() {
 	_from=$1
 	shift
+	if [ -n "${NET_CACERT:-}" ]; then
+		set -- --cacert "$NET_CACERT" "$@"
+	fi
 	if [ -n "$NET_TOKEN" ]; then
 		net_exec "$_from" curl -sS --connect-timeout 3 --max-time "${NET_CURL_MAX:-60}" -H "@$NET_TOKEN.hdr" "$@"
 	else
@@ -346,13 +351,16 @@ net_node_info() {
 	json_get "$T/api.body" "$2" || fail "GET /v1/node on $1 has no $2: $(cat "$T/api.body")"
 }
 
-# net_peers_file [FILE]: "NAME ADDR:PORT" for every node namespace.
+# net_peers_file [FILE]: "NAME ADDR:PORT" for every node namespace
+# ("NAME ADDR:PORT https" when NET_SCHEME=https).
 net_peers_file() {
 	NET_PEERS=${1:-$T/peers}
 	: >"$NET_PEERS"
+	_tls=""
+	[ "${NET_SCHEME:-http}" = https ] && _tls=" https"
 	for _x in $NET_NSES; do
 		[ "$_x" = hub ] && continue
-		printf '%s %s:%s\n' "$_x" "$(net_addr_of "$_x")" "$NET_PORT" >>"$NET_PEERS"
+		printf '%s %s:%s%s\n' "$_x" "$(net_addr_of "$_x")" "$NET_PORT" "$_tls" >>"$NET_PEERS"
 	done
 }
 

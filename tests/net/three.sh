@@ -75,16 +75,27 @@ ls "$A/@c/got" >"$T/ls" || fail "ls a/@c/got"
 grep -qx f.bin "$T/ls" || fail "ls a/@c/got: $(tr '\n' ' ' <"$T/ls")"
 [ "$(fsize "$A/@c/got/f.bin")" = $((32 * MiB)) ] || fail "stat a/@c/got/f.bin: $(fsize "$A/@c/got/f.bin") bytes"
 
-check "the same transfer again, under another name: no chunk sent"
+check "the same transfer again, under another name: no chunk sent, and c counts what b's client says it asked"
 wb=$(net_bytes b)
+rc0=$(net_node_info c server.requests)
 code=$(NET_CURL_MAX=120 net_api b b POST /v1/transfers -H 'Content-Type: application/json' \
 	-d '{"path": "f.bin", "to": "c", "dest": "f-again.bin"}')
 [ "$code" = 200 ] || fail "the second transfer answered $code: $(cat "$T/api.body")"
 sb=$(( $(net_bytes b) - wb ))
+cp "$T/api.body" "$T/xfer2.json"
+rc1=$(net_node_info c server.requests)
+req=$(json_get "$T/xfer2.json" requests) || fail "the answer has no requests: $(cat "$T/xfer2.json")"
+rt=$(json_get "$T/xfer2.json" round_trips) || fail "the answer has no round_trips"
+# c's count includes the GET that read rc1
+[ $((rc1 - rc0 - 1)) = "$req" ] || fail "c served $((rc1 - rc0 - 1)) requests, b's client says it made $req"
+[ "$rt" -le 2 ] || fail "$rt round trips for a file c already holds"
+last=$(net_node_info b transfers.last.dest) || fail "b's GET /v1/node has no transfers.last"
+[ "$last" = f-again.bin ] || fail "b's last transfer is to $last, not f-again.bin"
+say "  c holds it: $rt round trip(s), $req request(s)"
 [ "$(digest "$C/f-again.bin")" = "$d" ] || fail "c's f-again.bin differs"
-wbytes=$(json_get "$T/api.body" wire_bytes) || fail "no wire_bytes in $(cat "$T/api.body")"
+wbytes=$(json_get "$T/xfer2.json" wire_bytes) || fail "no wire_bytes in $(cat "$T/xfer2.json")"
 [ "$wbytes" -lt $((1 * MiB)) ] || fail "wire_bytes is $wbytes for a file c holds"
-[ "$(json_get "$T/api.body" chunks_sent)" = 0 ] || fail "chunks were sent for a file c holds: $(cat "$T/api.body")"
+[ "$(json_get "$T/xfer2.json" chunks_sent)" = 0 ] || fail "chunks were sent for a file c holds: $(cat "$T/xfer2.json")"
 [ "$sb" -lt $((1 * MiB)) ] || fail "$(mib "$sb") crossed b's link for a file c holds"
 
 check "a's copy sent from a to c sends almost nothing: c has every chunk from b"
