@@ -526,6 +526,15 @@ static void r_lookup(fuse_req_t req, struct rinode *d, const char *name)
 	/* An open file with changes not shipped yet is what this host sees. */
 	int r = found && ri->loaded && (ri->dirty || ri->opens) ? 0 : refresh(ri, true, &err);
 	pthread_rwlock_unlock(&ri->lock);
+	if (r == -ENOENT && !found) {
+		/* A negative entry, cached as long as a positive one: cp's
+		 * stat and the kernel's lookup before create then cost one
+		 * request to the peer, not two. */
+		rinode_free(fs, ri);
+		struct fuse_entry_param e = { .entry_timeout = RENTRY_TIMEOUT };
+		fuse_reply_entry(req, &e);
+		return;
+	}
 	if (r < 0) {
 		reply_error(req, ri, "lookup", r, &err);
 		if (found)
@@ -662,7 +671,6 @@ static void r_remove(fuse_req_t req, struct rinode *d, const char *name, bool di
 static void r_create(fuse_req_t req, struct rinode *d, const char *name, mode_t mode, struct fuse_file_info *fi)
 {
 	struct dmarfs *fs = FS(req);
-	struct dmar_error err = { 0 };
 	char *path = join(d->path, name);
 	struct rinode *ri = path ? rinode_new(fs->remote, d->cl, d->peer, path) : NULL;
 	free(path);
@@ -671,11 +679,11 @@ static void r_create(fuse_req_t req, struct rinode *d, const char *name, mode_t 
 		return;
 	}
 	pthread_rwlock_wrlock(&ri->lock);
-	int r = 0;
-	if (fi->flags & O_EXCL) {
-		r = refresh(ri, true, &err);
-		r = r == 0 ? -EEXIST : r == -ENOENT ? 0 : r;
-	}
+	/* No O_EXCL probe of the peer here: the kernel calls create only
+	 * for a name its dentry says is absent, and that dentry was just
+	 * looked up or is cached for RENTRY_TIMEOUT, as a positive one
+	 * would be.  A create racing another writer at the peer is settled
+	 * by the commit at close, as for any other file. */
 	const struct fuse_ctx *ctx = fuse_req_ctx(req);
 	ri->st = (struct stat){ .st_ino = ri->st_ino, .st_mode = S_IFREG | (mode & 07777), .st_nlink = 1,
 				.st_uid = ctx->uid, .st_gid = ctx->gid, .st_blksize = 4096 };
@@ -685,11 +693,6 @@ static void r_create(fuse_req_t req, struct rinode *d, const char *name, mode_t 
 	ri->loaded = ri->dirty = true;
 	ri->opens = 1;
 	pthread_rwlock_unlock(&ri->lock);
-	if (r < 0) {
-		reply_error(req, ri, "create", r, &err);
-		rinode_free(fs, ri);
-		return;
-	}
 	fi->keep_cache = 0;
 	rinode_hash(fs->remote, ri);
 	reply_rentry(req, fs, ri, fi);
