@@ -288,7 +288,7 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	if (conn->capable & FUSE_CAP_SPLICE_READ)
 		conn->want |= FUSE_CAP_SPLICE_READ;
 	conn->max_write = 1u << 20;
-	conn->max_readahead = 1u << 20;
+	conn->max_readahead = DMARFS_READAHEAD;
 }
 
 /* Write-only opens (dd of=, cp, tar -x) write with direct I/O: each

@@ -7,6 +7,10 @@
 #define DMARFS_FS_H
 
 #define FUSE_USE_VERSION 314
+
+/* Read-ahead asked of the kernel in INIT and set on the mount's bdi (the
+ * kernel's 128 KiB default halves sequential reads with small buffers). */
+#define DMARFS_READAHEAD (1u << 20)
 #include <fuse_lowlevel.h>
 
 #include "file.h"

@@ -138,6 +138,11 @@ fs_mount "size=48m"
 [ "$(total_bytes "$MNT")" = $((48 * MiB)) ] || fail "statfs total $(total_bytes "$MNT"), expected $((48 * MiB))"
 check "df shows the mount with its name and type"
 df -T "$MNT" | grep -q 'fuse.dmarfs' || fail "df -T: $(df -T "$MNT" | tail -n 1)"
+if [ "$(id -u)" = 0 ] && command -v mountpoint >/dev/null 2>&1; then
+	check "the daemon raises the mount's read-ahead from the kernel's 128 KiB to 1 MiB"
+	ra=$(cat "/sys/class/bdi/$(mountpoint -d "$MNT")/read_ahead_kb" 2>/dev/null) || ra=none
+	[ "$ra" = 1024 ] || fail "read_ahead_kb of the mount's bdi is $ra"
+fi
 fs_umount "$MNT"
 
 check "size=1%: a share of RAM"
