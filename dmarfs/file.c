@@ -574,35 +574,44 @@ int dmar_file_lseek(const struct dmar_file *f, int64_t off, int whence, uint64_t
 
 /* --- encoding ---------------------------------------------------------- */
 
-/* Store one chunk, compressing it only when the store lacks it. */
+/* Add one reference on chunk id (its len bytes p) to c's store, storing
+ * it first when the store lacks it: zstd-compressed when the mount says
+ * encode=zstd and that pays, with the byte pack if it has one, else raw.
+ * The one storage policy of local writes and of chunks from the wire. */
+static int store_ref_policy(struct dmar_fsctx *c, const struct dmar_id *id, const uint8_t *p, uint32_t len)
+{
+	if (dmar_store_ref_existing(c->arena, id) == 0)
+		return 0; /* compressed only when the store lacks it */
+	const void *payload = p;
+	uint32_t stored = len;
+	uint8_t enc = DMAR_CHUNK_RAW;
+	/* A chunk from a peer that cuts bigger chunks than this mount stays
+	 * raw: the decoded-chunk cache holds chunker.max bytes. */
+	if (c->encode == DMAR_ENCODE_ZSTD && len <= c->chunker.max) {
+		struct tls_codec *t = tls(c);
+		if (!t)
+			return -ENOMEM;
+		size_t z = ZSTD_compress2(t->cctx, t->zbuf, t->zcap, p, len);
+		/* Keep zstd only when it saves more than 1/16: a raw
+		 * chunk is read in place, a compressed one is decoded. */
+		if (!ZSTD_isError(z) && z < len - len / 16) {
+			payload = t->zbuf;
+			stored = (uint32_t)z;
+			enc = c->pack ? DMAR_CHUNK_ZSTD_PACK : DMAR_CHUNK_ZSTD;
+		}
+	}
+	return dmar_store_ref(c->arena, id, enc, len, payload, stored, NULL);
+}
+
+/* Store one chunk and describe it as an extent. */
 static int store_chunk(struct dmar_fsctx *c, const uint8_t *p, uint32_t len, struct dmar_extent *out)
 {
 	struct dmar_id id;
 	dmar_hash(p, len, &id);
 	struct dmar_chunk_info info;
-	int r = 0;
-	if (dmar_store_ref_existing(c->arena, &id) < 0) {
-		const void *payload = p;
-		uint32_t stored = len;
-		uint8_t enc = DMAR_CHUNK_RAW;
-		if (c->encode == DMAR_ENCODE_ZSTD) {
-			struct tls_codec *t = tls(c);
-			if (!t)
-				return -ENOMEM;
-			size_t z = ZSTD_compress2(t->cctx, t->zbuf, t->zcap, p, len);
-			/* Keep zstd only when it saves more than 1/16: a raw
-			 * chunk is read in place, a compressed one is decoded. */
-			if (!ZSTD_isError(z) && z < len - len / 16) {
-				payload = t->zbuf;
-				stored = (uint32_t)z;
-				enc = c->pack ? DMAR_CHUNK_ZSTD_PACK : DMAR_CHUNK_ZSTD;
-			}
-		}
-		bool added;
-		r = dmar_store_ref(c->arena, &id, enc, len, payload, stored, &added);
-		if (r < 0)
-			return r;
-	}
+	int r = store_ref_policy(c, &id, p, len);
+	if (r < 0)
+		return r;
 	r = dmar_store_lookup(c->arena, &id, &info);
 	if (r < 0)
 		return r;
@@ -1014,10 +1023,16 @@ int dmar_fsctx_chunk_wire(struct dmar_fsctx *c, const struct dmar_id *id, struct
 
 int dmar_fsctx_chunk_put(struct dmar_fsctx *c, const struct dmar_wire_chunk *w, const uint8_t *decoded)
 {
-	/* Keep a zstd frame as it came when this mount compresses, else
-	 * the decoded bytes (read in place).  A raw chunk is stored raw:
-	 * the sender found it did not compress. */
-	if (c->encode == DMAR_ENCODE_ZSTD && w->enc == DMAR_WIRE_ZSTD)
+	/* Keep a zstd frame as it came when this mount compresses: the
+	 * sender paid for it, and recompressing (with the byte pack) would
+	 * cost a decode and an encode per chunk on the receive path.  A raw
+	 * chunk goes through the local write's policy: it came raw inside a
+	 * zstd batch (Content-Encoding: zstd) or from a sender with
+	 * encode=none, so its being raw says nothing about this mount's
+	 * encode=.  Chunks are stored once, here: staging only holds a
+	 * reference, and a stored chunk is never re-encoded (files' extents
+	 * hold its arena offset), so this is where it becomes what it stays. */
+	if (c->encode == DMAR_ENCODE_ZSTD && w->enc == DMAR_WIRE_ZSTD && w->len <= c->chunker.max)
 		return dmar_store_ref(c->arena, &w->id, DMAR_CHUNK_ZSTD, w->len, w->payload, w->stored, NULL);
-	return dmar_store_ref(c->arena, &w->id, DMAR_CHUNK_RAW, w->len, decoded, w->len, NULL);
+	return store_ref_policy(c, &w->id, decoded, w->len);
 }

@@ -4,18 +4,24 @@
 # Two nodes in their own network namespaces, joined by veth: a plain `cp`
 # into MOUNTPOINT/@b/ ships a file and b reconstructs it; only the chunks b
 # lacks cross the wire (veth byte counters); ls/stat/cat/rm/mkdir work
-# under @b/; a view= mount ships the same way.
+# under @b/; a view= mount ships the same way; a node with encode=zstd
+# stores what it receives compressed.
 . "$(dirname "$0")/lib.sh"
 
 net_setup
 net_ns a
 net_ns b
+net_ns c
 net_peers_file
 net_token_file
 net_node_start a "" size=1g
 A=$NODE_MNT
 net_node_start b "" size=1g
 B=$NODE_MNT
+# c compresses (encode=zstd); b keeps the default, which the checks on
+# wire bytes and requests above rely on.
+net_node_start c "" size=256m,encode=zstd
+C=$NODE_MNT
 S=$T/src
 mkdir -p "$S"
 
@@ -150,6 +156,23 @@ sent=$(wire_since "$w0")
 fusermount3 -u "$V" || fail "unmount the view"
 wait_pid_exit "$VPID" 10 || fail "view daemon still running after unmount"
 
+check "cp of text into @c/ (encode=zstd): c stores the uploaded chunks compressed"
+# Text compresses, so a sends it as zstd batches of raw records: c must
+# compress the chunks itself, as a local write on c would.
+awk 'BEGIN { srand(11); for (i = 0; i < 400000; i++) printf "%08d level=%s user=u%04d took %d ms status=ok\n", i, (rand() < 0.5 ? "info" : "warn"), int(rand() * 5000), int(rand() * 900) }' |
+	head -c $((16 * MiB)) >"$S/text"
+u0=$(used_bytes "$C")
+cp "$S/text" "$A/@c/" || fail "cp into @c/ failed"
+u1=$(used_bytes "$C")
+[ "$(digest_uncached "$C/text")" = "$(digest "$S/text")" ] || fail "c's text differs from the source"
+logical=$(xattr "$C/text" user.dmar.logical)
+stored=$(xattr "$C/text" user.dmar.stored)
+say "  16 MiB of text at c: $(mib $((u1 - u0))) of arena, user.dmar.stored $stored of $logical"
+[ "$logical" = $((16 * MiB)) ] || fail "c's text: user.dmar.logical $logical"
+[ "$stored" -lt $((8 * MiB)) ] || fail "c's text: user.dmar.stored $stored for 16 MiB of text (stored raw?)"
+[ $((u1 - u0)) -lt $((8 * MiB)) ] || fail "c's arena grew by $(mib $((u1 - u0))) for 16 MiB of text"
+
 net_node_stop a
 net_node_stop b
+net_node_stop c
 finish
