@@ -19,15 +19,7 @@ need cp
 big_mib=${DEDUP_MIB:-512}
 big=$((big_mib * MiB))
 
-# The source lives in memory (tmpfs), so writing it is not disk-bound.
-shm=/dev/shm
-[ -d "$shm" ] && [ -w "$shm" ] || shm=$T
-src_dir=$(mktemp -d "$shm/dmarfs-dedup.XXXXXX")
-CLEANUP_DIRS="$src_dir"
-src=$src_dir/src
-check "make a $big_mib MiB pseudo-random source in $src_dir"
-mkprng "$src" "$big" 1
-src_sum=$(digest "$src")
+fs_mem_source "$big_mib" 1
 
 # ---- 1. two copies ------------------------------------------------------------
 # Room for one encoded copy plus one copy's raw extents in flight, and more.

@@ -292,6 +292,20 @@ mkprng() {
 	[ "$(fsize "$1")" = "$2" ] || fail "mkprng: could not make $2 bytes in $1"
 }
 
+# fs_mem_source MIB SEED: a MIB MiB pseudo-random source in memory (tmpfs
+# /dev/shm, else $T), so writing it into a mount is not disk-bound; removed
+# at cleanup.  Sets src (its path) and src_sum (its SHA-256).
+fs_mem_source() {
+	_shm=/dev/shm
+	[ -d "$_shm" ] && [ -w "$_shm" ] || _shm=$T
+	_dir=$(mktemp -d "$_shm/dmarfs-$TEST_NAME.XXXXXX") || fail "mktemp in $_shm failed"
+	CLEANUP_DIRS="${CLEANUP_DIRS:-} $_dir"
+	src=$_dir/src
+	check "make a $1 MiB pseudo-random source in $_dir"
+	mkprng "$src" $(($1 * MiB)) "$2"
+	src_sum=$(digest "$src")
+}
+
 # mib BYTES: for messages.
 mib() {
 	awk -v b="$1" 'BEGIN { printf "%.1f MiB", b / 1048576 }'

@@ -25,14 +25,7 @@ arena_mib=${SPACE_MIB:-256}
 file_mib=$((arena_mib * 78 / 100))
 big=$((file_mib * MiB))
 
-shm=/dev/shm
-[ -d "$shm" ] && [ -w "$shm" ] || shm=$T
-src_dir=$(mktemp -d "$shm/dmarfs-space.XXXXXX")
-CLEANUP_DIRS="$src_dir"
-src=$src_dir/src
-check "make a $file_mib MiB pseudo-random source in $src_dir"
-mkprng "$src" "$big" 11
-src_sum=$(digest "$src")
+fs_mem_source "$file_mib" 11
 
 # settle FILE: wait (bounded) until FILE's user.dmar.state and raw bytes
 # stop changing; the state goes to $st.
