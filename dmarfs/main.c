@@ -67,13 +67,13 @@ static void set_readahead(const char *mountpoint, unsigned kb)
 			snprintf(dev, sizeof(dev), "%s", mm); /* the last one is on top */
 	}
 	fclose(f);
-	char path[96];
-	snprintf(path, sizeof(path), "/sys/class/bdi/%s/read_ahead_kb", dev);
 	if (!dev[0]) {
 		fprintf(stderr, "dmarfs: read-ahead stays at the kernel's default: %s not in /proc/self/mountinfo\n",
 			want);
 		return;
 	}
+	char path[96];
+	snprintf(path, sizeof(path), "/sys/class/bdi/%s/read_ahead_kb", dev);
 	int r = 0;
 	if (!(f = fopen(path, "w")))
 		r = -errno;

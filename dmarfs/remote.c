@@ -527,9 +527,10 @@ static void r_lookup(fuse_req_t req, struct rinode *d, const char *name)
 	int r = found && ri->loaded && (ri->dirty || ri->opens) ? 0 : refresh(ri, true, &err);
 	pthread_rwlock_unlock(&ri->lock);
 	if (r == -ENOENT && !found) {
-		/* A negative entry, cached as long as a positive one: cp's
-		 * stat and the kernel's lookup before create then cost one
-		 * request to the peer, not two. */
+		/* A negative entry, cached as long as a positive one:
+		 * repeated stats of a missing name, and a create without
+		 * O_EXCL (a shell's >), ask the peer once.  The kernel always
+		 * looks up again before an O_EXCL create. */
 		rinode_free(fs, ri);
 		struct fuse_entry_param e = { .entry_timeout = RENTRY_TIMEOUT };
 		fuse_reply_entry(req, &e);
