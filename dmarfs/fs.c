@@ -116,8 +116,23 @@ static void inode_destroy(struct dmarfs *fs, struct inode *i)
  * Called with fs->ns held. */
 void fs_inode_maybe_free(struct dmarfs *fs, struct inode *i)
 {
-	if (i == fs->root || i->nlookup != 0 || i->nlink != 0)
+	if (i == fs->root || i->nlink != 0)
 		return;
+	if (i->nlookup != 0) {
+		/* No name is left but the kernel still knows the inode.  Its
+		 * FORGET can come seconds later (when the dentry cache lets
+		 * go), and until then an rm'd file would still hold its arena
+		 * memory: a cp just after an rm in a full arena got ENOSPC.
+		 * With no open left nobody can read the bytes again, so they
+		 * go now; the gen bump makes a running encode drop its plan. */
+		if (S_ISREG(i->mode)) {
+			pthread_rwlock_wrlock(&i->lock);
+			if (i->opens == 0 && i->f.n)
+				dmar_file_clear(&i->f, &fs->cfg.ctx);
+			pthread_rwlock_unlock(&i->lock);
+		}
+		return;
+	}
 	/* Free the contents (arena memory) now, but keep the small struct a
 	 * while: under the sanitizer build a READLINK was seen still running
 	 * on an inode whose FORGET had just arrived on another thread, and a
@@ -900,6 +915,8 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	encode = encode && i->nlink > 0;
 	if (encode)
 		i->nlookup++;
+	else
+		fs_inode_maybe_free(fs, i); /* the last close of an unlinked file */
 	pthread_mutex_unlock(&fs->ns);
 	fuse_reply_err(req, 0);
 	/* The last close is when a file is most likely complete: encode it
