@@ -1528,13 +1528,8 @@ int dmar_client_push(struct dmar_client *c, const char *path, const struct dmar_
 		ret = -ENOMEM;
 		goto out;
 	}
-	/* Commit first: the peer's refusal lists what it lacks (the have/want
-	 * answer we would otherwise ask for), and a file the peer already
-	 * holds, whole or as chunks of other files, costs one round trip.
-	 * Only when the list is cut short (more than
-	 * DMAR_SERVER_MISSING_LIST missing, i.e. mostly new data) is every id
-	 * queried, one round trip more than query-first on top of an upload
-	 * that takes far longer. */
+	if ((ret = query_todo(&p, missing, todo, &ntodo, &t, err)) < 0)
+		goto out;
 	for (int attempt = 0;; attempt++) {
 		if (ntodo && (ret = push_upload(&p, todo, ntodo, &t.rounds)) < 0)
 			goto out;
@@ -1545,7 +1540,7 @@ int dmar_client_push(struct dmar_client *c, const char *path, const struct dmar_
 			json_decref(ans);
 			break;
 		}
-		if (ret != -ENODATA || attempt == DMAR_COMMIT_RETRIES + 1) {
+		if (ret != -ENODATA || attempt == DMAR_COMMIT_RETRIES) {
 			json_decref(ans);
 			dmar_error_set(err, ret, "%s", cerr.msg);
 			goto out;
