@@ -38,6 +38,7 @@
 /* Remote attributes are the peer's: trust them briefly. */
 #define RATTR_TIMEOUT 1.0
 #define RENTRY_TIMEOUT 1.0
+#define RNEG_SLOTS 16
 /* Inode numbers of remote files start here, far from local ones. */
 #define RINO_BASE (1ull << 48)
 
@@ -75,6 +76,17 @@ struct dmarfs_remote {
 	/* The same inodes by (peer, path): a lookup of a path already known
 	 * gives the same inode, with its cached contents. */
 	struct rinode *hash[RHASH_BUCKETS];
+	/* Names the peer said are absent, for RENTRY_TIMEOUT, as the kernel's
+	 * negative dentry would be.  The kernel looks a name up again before
+	 * every O_EXCL create even over a valid negative dentry: cp's stat
+	 * then its create asked the peer twice in a row.  Few slots: what
+	 * matters is the name just looked up. */
+	struct {
+		struct dmar_client *cl;
+		char *path; /* NULL: free slot */
+		double at;
+	} neg[RNEG_SLOTS];
+	unsigned neg_next;
 	uint64_t next_ino;      /* atomic */
 };
 
@@ -165,9 +177,50 @@ static struct rinode *rinode_new(struct dmarfs_remote *rm, struct dmar_client *c
 /* Make ri findable by rinode_find: only once the peer has said it
  * exists (or it is being created), so a lookup never finds an inode that
  * a failed lookup is about to free. */
+/* rm->lock held. */
+static void neg_drop(struct dmarfs_remote *rm, struct dmar_client *cl, const char *path)
+{
+	for (unsigned k = 0; k < RNEG_SLOTS; k++)
+		if (rm->neg[k].path && rm->neg[k].cl == cl && !strcmp(rm->neg[k].path, path)) {
+			free(rm->neg[k].path);
+			rm->neg[k].path = NULL;
+		}
+}
+
+/* Did the peer say path is absent less than RENTRY_TIMEOUT ago? */
+static bool neg_hit(struct dmarfs_remote *rm, struct dmar_client *cl, const char *path)
+{
+	bool hit = false;
+	double now = mono();
+	pthread_mutex_lock(&rm->lock);
+	for (unsigned k = 0; k < RNEG_SLOTS && !hit; k++)
+		hit = rm->neg[k].path && rm->neg[k].cl == cl && now - rm->neg[k].at < RENTRY_TIMEOUT &&
+		      !strcmp(rm->neg[k].path, path);
+	pthread_mutex_unlock(&rm->lock);
+	return hit;
+}
+
+static void neg_add(struct dmarfs_remote *rm, struct dmar_client *cl, const char *path)
+{
+	char *copy = strdup(path);
+	if (!copy)
+		return; /* only a lookup more */
+	pthread_mutex_lock(&rm->lock);
+	neg_drop(rm, cl, path);
+	unsigned k = rm->neg_next++ % RNEG_SLOTS;
+	free(rm->neg[k].path);
+	rm->neg[k].cl = cl;
+	rm->neg[k].path = copy;
+	rm->neg[k].at = mono();
+	pthread_mutex_unlock(&rm->lock);
+}
+
+/* Every name this host creates at the peer (create, mkdir) or finds there
+ * gets an inode here first: that is where a stale "absent" goes. */
 static void rinode_hash(struct dmarfs_remote *rm, struct rinode *ri)
 {
 	pthread_mutex_lock(&rm->lock);
+	neg_drop(rm, ri->cl, ri->path);
 	size_t b = rhash(ri->cl, ri->path);
 	ri->hnext = rm->hash[b];
 	rm->hash[b] = ri;
@@ -514,6 +567,12 @@ static void r_lookup(fuse_req_t req, struct rinode *d, const char *name)
 	 * inode, so what it holds stays cached. */
 	struct rinode *ri = rinode_find(fs->remote, d->cl, path);
 	bool found = ri != NULL;
+	if (!ri && neg_hit(fs->remote, d->cl, path)) {
+		free(path);
+		struct fuse_entry_param e = { .entry_timeout = RENTRY_TIMEOUT };
+		fuse_reply_entry(req, &e);
+		return;
+	}
 	if (!ri)
 		ri = rinode_new(fs->remote, d->cl, d->peer, path);
 	free(path);
@@ -530,7 +589,8 @@ static void r_lookup(fuse_req_t req, struct rinode *d, const char *name)
 		/* A negative entry, cached as long as a positive one:
 		 * repeated stats of a missing name, and a create without
 		 * O_EXCL (a shell's >), ask the peer once.  The kernel always
-		 * looks up again before an O_EXCL create. */
+		 * looks up again before an O_EXCL create: neg answers that. */
+		neg_add(fs->remote, ri->cl, ri->path);
 		rinode_free(fs, ri);
 		struct fuse_entry_param e = { .entry_timeout = RENTRY_TIMEOUT };
 		fuse_reply_entry(req, &e);
@@ -1335,6 +1395,8 @@ void dmarfs_remote_free(struct dmarfs *fs)
 		rm->all = ri->next;
 		rinode_destroy(fs, ri);
 	}
+	for (unsigned k = 0; k < RNEG_SLOTS; k++)
+		free(rm->neg[k].path);
 	free(rm->roots);
 	pthread_mutex_destroy(&rm->lock);
 	free(rm);
