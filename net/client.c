@@ -757,6 +757,9 @@ static int commit_one(struct dmar_client *c, const char *path, const uint8_t *re
 		goto out;
 	if (noreplace && (r = call_header(&k, "If-None-Match: *")) < 0)
 		goto out;
+	/* A refusal as a bitmap over the recipe, not an id list (push). */
+	if ((r = call_header(&k, "X-Dmar-Missing-As: bits")) < 0)
+		goto out;
 	if ((r = call_body(&k, "application/x-dmar-recipe", recipe, len)) < 0)
 		goto out;
 	if ((r = call_perform(&k)) < 0)
@@ -1460,6 +1463,51 @@ out:
 	return r;
 }
 
+static int hexval(char ch)
+{
+	if (ch >= '0' && ch <= '9')
+		return ch - '0';
+	if (ch >= 'a' && ch <= 'f')
+		return ch - 'a' + 10;
+	if (ch >= 'A' && ch <= 'F')
+		return ch - 'A' + 10;
+	return -1;
+}
+
+/* The 409 answer's missing_bits (bit i: recipe entry i's chunk is
+ * missing) as set indices in *todo, each once (seen: per set index). */
+static int missing_from_bits(struct push *p, const struct dmar_recipe *r, const char *hex, uint8_t *seen,
+			     uint32_t *todo, size_t *n, struct dmar_error *err)
+{
+	size_t nb = (r->n + 7) / 8;
+	if (strlen(hex) != 2 * nb)
+		return dmar_error_set(err, -EBADMSG, "%s: commit answer's missing_bits has %zu hex digits for %zu entries",
+				      p->e.c->label, strlen(hex), r->n);
+	memset(seen, 0, p->e.set.n ? p->e.set.n : 1);
+	*n = 0;
+	for (size_t j = 0; j < nb; j++) {
+		int hi = hexval(hex[2 * j]), lo = hexval(hex[2 * j + 1]);
+		if (hi < 0 || lo < 0)
+			return dmar_error_set(err, -EBADMSG, "%s: commit answer's missing_bits is not hex", p->e.c->label);
+		unsigned byte = (unsigned)(hi << 4 | lo);
+		for (unsigned b = 0; b < 8 && byte; b++) {
+			size_t i = j * 8 + b;
+			if (!(byte & (1u << b)))
+				continue;
+			if (i >= r->n || r->e[i].kind != DMAR_RECIPE_CHUNK)
+				return dmar_error_set(err, -EBADMSG,
+						      "%s: commit answer's missing_bits marks entry %zu, not a chunk",
+						      p->e.c->label, i);
+			int64_t idx = idset_find(&p->e.set, &r->e[i].id);
+			if (idx >= 0 && !seen[idx]) {
+				seen[idx] = 1;
+				todo[(*n)++] = (uint32_t)idx;
+			}
+		}
+	}
+	return 0;
+}
+
 /* The 409 answer's missing ids as set indices in *todo.  *requery when the
  * list was truncated (or is empty): then every chunk is queried again. */
 static int missing_from_answer(struct push *p, json_t *ans, uint32_t *todo, size_t *n, bool *requery,
@@ -1528,8 +1576,10 @@ int dmar_client_push(struct dmar_client *c, const char *path, const struct dmar_
 		ret = -ENOMEM;
 		goto out;
 	}
-	if ((ret = query_todo(&p, missing, todo, &ntodo, &t, err)) < 0)
-		goto out;
+	/* Commit first: a file the peer holds (chunks shared with any of
+	 * its files) costs one round trip, and a refusal says which chunks
+	 * to send as a bitmap over the recipe (about what a have/want query
+	 * costs), so new data pays only the recipe sent twice. */
 	for (int attempt = 0;; attempt++) {
 		if (ntodo && (ret = push_upload(&p, todo, ntodo, &t.rounds)) < 0)
 			goto out;
@@ -1540,13 +1590,15 @@ int dmar_client_push(struct dmar_client *c, const char *path, const struct dmar_
 			json_decref(ans);
 			break;
 		}
-		if (ret != -ENODATA || attempt == DMAR_COMMIT_RETRIES) {
+		if (ret != -ENODATA || attempt == DMAR_COMMIT_RETRIES + 1) {
 			json_decref(ans);
 			dmar_error_set(err, ret, "%s", cerr.msg);
 			goto out;
 		}
-		bool requery;
-		ret = missing_from_answer(&p, ans, todo, &ntodo, &requery, err);
+		bool requery = false;
+		const char *bits = json_string_value(json_object_get(ans, "missing_bits"));
+		ret = bits ? missing_from_bits(&p, r, bits, missing, todo, &ntodo, err)
+			   : missing_from_answer(&p, ans, todo, &ntodo, &requery, err);
 		json_decref(ans);
 		if (ret < 0)
 			goto out;

@@ -93,11 +93,12 @@ struct dmar_chunk_source {
 };
 
 /*
- * Ship a file to the peer as path: query the distinct chunk ids of r,
- * upload the missing ones in batches (about 8 MiB each) over
- * opts.streams parallel connections, then commit r.  If the commit finds
- * chunks missing again (the peer dropped some meanwhile) they are
- * uploaded and the commit retried, up to 3 times; a batch answered 422
+ * Ship a file to the peer as path: commit r first (one round trip when the
+ * peer holds every chunk); when refused, upload the chunks its answer
+ * marks missing in batches (about 8 MiB each) over opts.streams parallel
+ * connections, then commit r again.  If that commit finds chunks missing
+ * again (the peer dropped some meanwhile) they are uploaded and the
+ * commit retried, up to 3 times; a batch answered 422
  * (a chunk did not match its id on arrival) is re-sent once from the
  * source.  progress (may be NULL) is called now and then, and at the end.
  * *st (may be NULL) gets the figures, also on failure.  On error the

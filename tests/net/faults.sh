@@ -6,7 +6,8 @@
 #     nothing at a; b restarted with a fresh arena, the same cp completes
 #     with about the file once on the wire, and a copy under another name
 #     sends almost nothing;
-#  c. a commit naming chunks b lacks is refused (409, the missing ids) and
+#  c. a commit naming chunks b lacks is refused (409, the missing ids, or
+#     with X-Dmar-Missing-As: bits a bitmap over the recipe's entries) and
 #     makes no file;
 #  d. a batch with one good chunk and one whose payload does not match its
 #     id: 422 naming the bad one; the good one is held, the bad one is not;
@@ -124,6 +125,14 @@ for id in $ids; do
 	grep -q "\"$id\"" "$T/api.body" || fail "the 409 does not list the missing chunk $id: $(cat "$T/api.body")"
 done
 json_get "$T/api.body" error >/dev/null || fail "the 409 has no error message: $(cat "$T/api.body")"
+check "(c) the same with X-Dmar-Missing-As: bits: a bitmap over the entries (chunk, hole, chunk, chunk: 0d)"
+code=$(net_api a b PUT /v1/files/x -H 'Content-Type: application/x-dmar-recipe' -H 'X-Dmar-Missing-As: bits' \
+	--data-binary "@$T/r-missing")
+[ "$code" = 409 ] || fail "commit with missing chunks (bits) answered $code: $(cat "$T/api.body")"
+mb=$(json_get "$T/api.body" missing_bits) || fail "the 409 has no missing_bits: $(cat "$T/api.body")"
+[ "$mb" = 0d ] || fail "missing_bits is '$mb', want 0d (entries 0, 2, 3; not the hole): $(cat "$T/api.body")"
+[ "$(json_get "$T/api.body" missing_count)" = 3 ] || fail "bits answer: missing_count is not 3: $(cat "$T/api.body")"
+! grep -q '"missing"' "$T/api.body" || fail "the bits answer also lists the ids: $(cat "$T/api.body")"
 [ ! -e "$B/x" ] || fail "x exists at b after a refused commit"
 code=$(net_api a b GET /v1/files/x)
 [ "$code" = 404 ] || fail "GET /v1/files/x after the refused commit answered $code"
