@@ -1463,17 +1463,6 @@ out:
 	return r;
 }
 
-static int hexval(char ch)
-{
-	if (ch >= '0' && ch <= '9')
-		return ch - '0';
-	if (ch >= 'a' && ch <= 'f')
-		return ch - 'a' + 10;
-	if (ch >= 'A' && ch <= 'F')
-		return ch - 'A' + 10;
-	return -1;
-}
-
 /* The 409 answer's missing_bits (bit i: recipe entry i's chunk is
  * missing) as set indices in *todo, each once (seen: per set index). */
 static int missing_from_bits(struct push *p, const struct dmar_recipe *r, const char *hex, uint8_t *seen,
@@ -1486,7 +1475,7 @@ static int missing_from_bits(struct push *p, const struct dmar_recipe *r, const 
 	memset(seen, 0, p->e.set.n ? p->e.set.n : 1);
 	*n = 0;
 	for (size_t j = 0; j < nb; j++) {
-		int hi = hexval(hex[2 * j]), lo = hexval(hex[2 * j + 1]);
+		int hi = dmar_hexval(hex[2 * j]), lo = dmar_hexval(hex[2 * j + 1]);
 		if (hi < 0 || lo < 0)
 			return dmar_error_set(err, -EBADMSG, "%s: commit answer's missing_bits is not hex", p->e.c->label);
 		unsigned byte = (unsigned)(hi << 4 | lo);

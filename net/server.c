@@ -511,10 +511,10 @@ static enum MHD_Result h_mkdir(struct req *q)
 
 /* The commit's 409 answer as a bitmap over the recipe's entries (bit i,
  * LSB first in byte i/8, hex: entry i's chunk is missing) in place of the
- * id list: 2 bits of hex an entry, where the list costs 66 bytes a missing
- * chunk, so a sender that commits first (one round trip for a file this
- * node holds) pays little when it does not.  NULL (keep the list) on
- * failure. */
+ * id list: a quarter of a hex digit an entry, where the list costs 66
+ * bytes a missing chunk, so a sender that commits first (one round trip
+ * for a file this node holds) pays little when it does not.  NULL (keep
+ * the list) on failure. */
 static json_t *missing_bits(struct req *q, const struct dmar_recipe *rc, json_t *ans)
 {
 	size_t nb = (rc->n + 7) / 8;
