@@ -148,6 +148,26 @@ int dmar_store_unref(struct dmar_arena *a, const struct dmar_id *id);
  * reference to the chunk; info->refs is a snapshot. */
 int dmar_store_lookup(struct dmar_arena *a, const struct dmar_id *id, struct dmar_chunk_info *info);
 
+/* The shortest id prefix dmar_store_resolve takes: the store places a
+ * chunk by its id's first 8 bytes. */
+#define DMAR_STORE_PREFIX_MIN 8
+/* Complete an id known by its first idlen bytes (DMAR_STORE_PREFIX_MIN to
+ * 32; the rest of *id is ignored): 0 and *id the one held chunk's id,
+ * -ENOENT if none is held, -ENOTUNIQ if more than one is (*id unchanged),
+ * -EINVAL for a bad idlen.  Prefixes name chunks in short recipes
+ * (net/wire.h), where the recipe's id checks the completed whole. */
+int dmar_store_resolve(struct dmar_arena *a, struct dmar_id *id, unsigned idlen);
+/* The same for n ids: state[i] 0 (ids[i] completed), 1 (none held) or 2
+ * (several).  0, or -EINVAL for a bad idlen. */
+int dmar_store_resolve_many(struct dmar_arena *a, struct dmar_id *ids, size_t n, unsigned idlen, uint8_t *state);
+/* dmar_store_ref_existing and dmar_store_lookup for each of n ids at once
+ * (a recipe's worth, faster than one by one): info[i] is the chunk's,
+ * with a reference taken, or all zero (refs 0) where ids[i] is not held or
+ * is at the reference limit (no reference taken). */
+void dmar_store_ref_many(struct dmar_arena *a, const struct dmar_id *ids, size_t n, struct dmar_chunk_info *info);
+/* dmar_store_unref for each of n ids; ids not held are skipped. */
+void dmar_store_unref_many(struct dmar_arena *a, const struct dmar_id *ids, size_t n);
+
 struct dmar_store_stats {
 	uint64_t chunks;       /* distinct chunks held */
 	uint64_t refs;         /* references to them */

@@ -286,6 +286,134 @@ int dmar_store_lookup(struct dmar_arena *a, const struct dmar_id *id, struct dma
 	return r;
 }
 
+/* ---- batches ---- */
+
+/*
+ * A recipe names 10^4..10^6 chunks.  One at a time, each costs a lock and
+ * unlock and a cache miss on a random slot; a batch takes the lock once
+ * per STORE_BATCH ids (so a long recipe does not stall the uploads and
+ * commits beside it for long) and prefetches the slot STORE_AHEAD ids
+ * ahead, so the misses overlap.
+ */
+#define STORE_BATCH 256
+#define STORE_AHEAD 8
+
+static void prefetch_slot(const struct dmar_store *s, const struct dmar_id *id)
+{
+	__builtin_prefetch(&s->slots[slot_of(s->key, s->mask, id)]);
+}
+
+/* The lock held. */
+static int resolve_one(struct dmar_store *s, struct dmar_id *id, unsigned idlen)
+{
+	struct slot *hit = NULL;
+	/* Every id whose first 8 bytes are these has the same home slot, and
+	 * linear probing keeps an entry between its home and the next empty
+	 * slot, so that one cluster holds all the candidates. */
+	for (uint64_t i = slot_of(s->key, s->mask, id);; i = (i + 1) & s->mask) {
+		struct slot *e = &s->slots[i];
+		if (!e->refs)
+			break;
+		if (memcmp(e->id.b, id->b, idlen) != 0)
+			continue;
+		if (hit)
+			return -ENOTUNIQ;
+		hit = e;
+	}
+	if (!hit)
+		return -ENOENT;
+	*id = hit->id;
+	return 0;
+}
+
+int dmar_store_resolve(struct dmar_arena *a, struct dmar_id *id, unsigned idlen)
+{
+	uint8_t state;
+	int r = dmar_store_resolve_many(a, id, 1, idlen, &state);
+	return r < 0 ? r : state == 0 ? 0 : state == 1 ? -ENOENT : -ENOTUNIQ;
+}
+
+int dmar_store_resolve_many(struct dmar_arena *a, struct dmar_id *ids, size_t n, unsigned idlen, uint8_t *state)
+{
+	struct dmar_store *s = a->store;
+	if (idlen < DMAR_STORE_PREFIX_MIN || idlen > DMAR_HASH_SIZE)
+		return -EINVAL;
+	for (size_t b = 0; b < n; b += STORE_BATCH) {
+		size_t end = n - b < STORE_BATCH ? n : b + STORE_BATCH;
+		pthread_mutex_lock(&s->lock);
+		for (size_t i = b; i < end && i < b + STORE_AHEAD; i++)
+			prefetch_slot(s, &ids[i]);
+		for (size_t i = b; i < end; i++) {
+			if (i + STORE_AHEAD < end)
+				prefetch_slot(s, &ids[i + STORE_AHEAD]);
+			int r = resolve_one(s, &ids[i], idlen);
+			state[i] = r == 0 ? 0 : r == -ENOENT ? 1 : 2;
+		}
+		pthread_mutex_unlock(&s->lock);
+	}
+	return 0;
+}
+
+void dmar_store_ref_many(struct dmar_arena *a, const struct dmar_id *ids, size_t n, struct dmar_chunk_info *info)
+{
+	struct dmar_store *s = a->store;
+	for (size_t b = 0; b < n; b += STORE_BATCH) {
+		size_t end = n - b < STORE_BATCH ? n : b + STORE_BATCH;
+		pthread_mutex_lock(&s->lock);
+		for (size_t i = b; i < end && i < b + STORE_AHEAD; i++)
+			prefetch_slot(s, &ids[i]);
+		for (size_t i = b; i < end; i++) {
+			if (i + STORE_AHEAD < end)
+				prefetch_slot(s, &ids[i + STORE_AHEAD]);
+			struct slot *e = find(s, &ids[i]);
+			if (!e || ref_held(s, e) < 0) {
+				info[i] = (struct dmar_chunk_info){ 0 };
+				continue;
+			}
+			info[i] = (struct dmar_chunk_info){
+				.off = e->off, .stored_len = e->stored_len, .len = e->len, .enc = e->enc, .refs = e->refs,
+			};
+		}
+		pthread_mutex_unlock(&s->lock);
+	}
+}
+
+void dmar_store_unref_many(struct dmar_arena *a, const struct dmar_id *ids, size_t n)
+{
+	struct dmar_store *s = a->store;
+	struct {
+		uint64_t off;
+		uint32_t len;
+	} gone[STORE_BATCH];
+	for (size_t b = 0; b < n; b += STORE_BATCH) {
+		size_t end = n - b < STORE_BATCH ? n : b + STORE_BATCH, ngone = 0;
+		pthread_mutex_lock(&s->lock);
+		for (size_t i = b; i < end && i < b + STORE_AHEAD; i++)
+			prefetch_slot(s, &ids[i]);
+		for (size_t i = b; i < end; i++) {
+			if (i + STORE_AHEAD < end)
+				prefetch_slot(s, &ids[i + STORE_AHEAD]);
+			struct slot *e = find(s, &ids[i]);
+			if (!e)
+				continue;
+			s->st.refs--;
+			if (--e->refs)
+				continue;
+			gone[ngone].off = e->off;
+			gone[ngone++].len = e->stored_len;
+			s->st.chunks--;
+			s->st.stored_bytes -= e->stored_len;
+			s->st.chunk_bytes -= e->len;
+			remove_slot(s, (uint64_t)(e - s->slots));
+		}
+		pthread_mutex_unlock(&s->lock);
+		/* Nobody can find those chunks any more, so their space can go. */
+		for (size_t k = 0; k < ngone; k++)
+			if (gone[k].len)
+				dmar_arena_release(a, gone[k].off, gone[k].len);
+	}
+}
+
 void dmar_store_stats(struct dmar_arena *a, struct dmar_store_stats *st)
 {
 	struct dmar_store *s = a->store;

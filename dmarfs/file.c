@@ -811,36 +811,70 @@ ssize_t dmar_file_share(struct dmar_file *dst, struct dmar_file *src, struct dma
 	int r;
 	if (src->dirty && c->encode != DMAR_ENCODE_NONE && (r = dmar_file_encode(src, c)) < 0)
 		return r;
-	/* Collect src's extents for the range, taking references. */
-	struct dmar_extent *tmp = NULL;
-	size_t nt = 0, capt = 0;
+	/* Collect src's extents for the range: one allocation (the range's
+	 * extent count is known), the chunk references in one batch. */
+	size_t first = find(src, soff), last = find(src, soff + len - 1), nt = 0, nids = 0;
+	struct dmar_extent *tmp = malloc((last - first + 1) * sizeof(*tmp));
+	struct dmar_id *ids = malloc((last - first + 1) * sizeof(*ids));
+	struct dmar_chunk_info *info = malloc((last - first + 1) * sizeof(*info));
+	r = 0;
+	if (!tmp || !ids || !info) {
+		r = -ENOMEM;
+		goto fail_early;
+	}
 	uint64_t done = 0;
-	for (size_t i = find(src, soff); done < len; i++) {
+	for (size_t i = first; done < len; i++) {
 		const struct dmar_extent *e = &src->ext[i];
 		uint64_t in = soff + done - e->off;
 		uint64_t n = e->len - in < len - done ? e->len - in : len - done;
-		if ((r = grow_extents(&tmp, &capt, nt + 1)) < 0)
-			goto fail;
 		struct dmar_extent x = *e;
 		x.off = doff + done;
 		x.len = n;
 		if (e->kind == EXT_CHUNK) {
-			if ((r = dmar_store_ref_existing(c->arena, &e->id)) < 0)
-				goto fail;
+			ids[nids++] = e->id;
 			x.skip = e->skip + (uint32_t)in;
 		} else if (e->kind == EXT_RAW) {
-			/* Only with encode=none: the bytes are copied. */
-			uint64_t a;
-			if ((r = dmar_arena_alloc(c->arena, n, &a)) < 0)
-				goto fail;
-			memcpy(dmar_arena_base(c->arena) + a, raw_ptr(c, e) + in, n);
-			x.aoff = a;
-			x.acap = n;
-			x.skip = 0;
+			x.skip = (uint32_t)in; /* where to copy from, until the copy below */
 		}
 		tmp[nt++] = x;
 		done += n;
 	}
+	dmar_store_ref_many(c->arena, ids, nids, info);
+	size_t held = 0;
+	for (size_t k = 0; k < nids; k++)
+		if (info[k].refs)
+			ids[held++] = ids[k];
+	if (held < nids) {
+		dmar_store_unref_many(c->arena, ids, held);
+		r = -ENOENT;
+		goto fail_early;
+	}
+	/* RAW extents (only with encode=none): the bytes are copied. */
+	size_t m = 0;
+	for (; m < nt; m++) {
+		struct dmar_extent *x = &tmp[m];
+		if (x->kind != EXT_RAW)
+			continue;
+		const struct dmar_extent *e = &src->ext[first + m];
+		uint64_t a;
+		if ((r = dmar_arena_alloc(c->arena, x->len, &a)) < 0)
+			break;
+		memcpy(dmar_arena_base(c->arena) + a, raw_ptr(c, e) + x->skip, x->len);
+		x->aoff = a;
+		x->acap = x->len;
+		x->skip = 0;
+	}
+	if (r < 0) {
+		/* Chunks all referenced; RAW copies made only before m. */
+		for (size_t k = 0; k < nt; k++)
+			if (tmp[k].kind == EXT_CHUNK || k < m)
+				ext_drop(c, &tmp[k]);
+		goto fail_early;
+	}
+	free(ids);
+	free(info);
+	ids = NULL;
+	info = NULL;
 	/* Make room in dst: [doff, doff+len) becomes exactly tmp. */
 	if (doff > dst->size && (r = append_hole(dst, doff - dst->size)) < 0)
 		goto fail;
@@ -858,9 +892,12 @@ ssize_t dmar_file_share(struct dmar_file *dst, struct dmar_file *src, struct dma
 	free(tmp);
 	return (ssize_t)len;
 fail:
-	for (size_t m = 0; m < nt; m++)
-		ext_drop(c, &tmp[m]);
+	for (size_t k = 0; k < nt; k++)
+		ext_drop(c, &tmp[k]);
+fail_early:
 	free(tmp);
+	free(ids);
+	free(info);
 	return r;
 }
 
@@ -937,41 +974,64 @@ int dmar_file_from_recipe(struct dmar_file *f, struct dmar_fsctx *c, const struc
 {
 	struct dmar_file nf;
 	dmar_file_init(&nf);
-	struct dmar_id *miss = NULL;
-	size_t nmiss = 0, capmiss = 0;
+	struct dmar_id *miss = NULL, *ids = NULL;
+	struct dmar_chunk_info *info = NULL;
+	size_t nmiss = 0, capmiss = 0, nids = 0;
 	int r2 = 0;
 	if (r->n && (r2 = reserve(&nf, r->n)) < 0)
 		return r2;
+	/* Every chunk referenced first, in one batch, then looked at: a
+	 * payload cannot move while we hold its reference. */
+	ids = malloc((r->n ? r->n : 1) * sizeof(*ids));
+	info = malloc((r->n ? r->n : 1) * sizeof(*info));
+	if (!ids || !info) {
+		free(ids);
+		free(info);
+		free(nf.ext);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < r->n; i++)
+		if (r->e[i].kind == DMAR_RECIPE_CHUNK)
+			ids[nids++] = r->e[i].id;
+	dmar_store_ref_many(c->arena, ids, nids, info);
+	size_t k = 0;
 	for (size_t i = 0; i < r->n; i++) {
 		const struct dmar_recipe_entry *e = &r->e[i];
 		struct dmar_extent x = { .off = nf.size, .len = e->len, .kind = EXT_HOLE };
 		if (e->kind == DMAR_RECIPE_CHUNK) {
-			/* Reference first, then look: the payload cannot move
-			 * while we hold the reference. */
-			struct dmar_chunk_info info;
-			if (dmar_store_ref_existing(c->arena, &e->id) < 0) {
+			const struct dmar_chunk_info *ci = &info[k++];
+			if (!ci->refs) {
 				if ((r2 = add_missing(&miss, &nmiss, &capmiss, &e->id)) < 0)
-					goto fail;
+					break;
 				nf.size += e->len;
 				continue;
 			}
-			dmar_store_lookup(c->arena, &e->id, &info);
-			if ((uint64_t)e->skip + e->len > info.len) {
+			if ((uint64_t)e->skip + e->len > ci->len) {
 				dmar_store_unref(c->arena, &e->id);
 				r2 = -EINVAL;
-				goto fail;
+				break;
 			}
-			x = (struct dmar_extent){ .off = nf.size, .len = e->len, .kind = EXT_CHUNK, .enc = info.enc,
-						  .skip = e->skip, .clen = info.len, .stored = info.stored_len,
-						  .aoff = info.off, .id = e->id };
+			x = (struct dmar_extent){ .off = nf.size, .len = e->len, .kind = EXT_CHUNK, .enc = ci->enc,
+						  .skip = e->skip, .clen = ci->len, .stored = ci->stored_len,
+						  .aoff = ci->off, .id = e->id };
 		}
 		nf.ext[nf.n++] = x;
 		nf.size += e->len;
 	}
-	if (nmiss) {
+	if (r2 < 0) {
+		/* The references taken beyond where the walk stopped. */
+		size_t left = 0;
+		for (size_t j = k; j < nids; j++)
+			if (info[j].refs)
+				ids[left++] = ids[j];
+		dmar_store_unref_many(c->arena, ids, left);
+	} else if (nmiss) {
 		r2 = -ENODATA;
-		goto fail;
 	}
+	free(ids);
+	free(info);
+	if (r2 < 0)
+		goto fail;
 	free(miss);
 	dmar_file_clear(f, c);
 	nf.gen = f->gen + 1;

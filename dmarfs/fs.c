@@ -146,6 +146,17 @@ void fs_inode_maybe_free(struct dmarfs *fs, struct inode *i)
 		bury_half(fs);
 }
 
+off_t fs_inode_size(const struct inode *i)
+{
+	if (S_ISREG(i->mode))
+		return (off_t)i->f.size;
+	if (S_ISLNK(i->mode))
+		return (off_t)strlen(i->target);
+	if (S_ISDIR(i->mode))
+		return (off_t)(dmar_dir_count(&i->dir) + 2) * 32;
+	return 0;
+}
+
 void fs_fill_stat(const struct inode *i, struct stat *st)
 {
 	memset(st, 0, sizeof(*st));
@@ -156,15 +167,11 @@ void fs_fill_stat(const struct inode *i, struct stat *st)
 	st->st_gid = i->gid;
 	st->st_rdev = i->rdev;
 	st->st_blksize = 4096;
+	st->st_size = fs_inode_size(i);
 	if (S_ISREG(i->mode)) {
-		st->st_size = (off_t)i->f.size;
 		struct dmar_file_stats fst;
 		dmar_file_stats(&i->f, NULL, &fst);
 		st->st_blocks = (blkcnt_t)((fst.raw + fst.chunked + 511) / 512);
-	} else if (S_ISLNK(i->mode)) {
-		st->st_size = (off_t)strlen(i->target);
-	} else if (S_ISDIR(i->mode)) {
-		st->st_size = (off_t)(dmar_dir_count(&i->dir) + 2) * 32;
 	}
 	st->st_atim = i->atime;
 	st->st_mtim = i->mtime;

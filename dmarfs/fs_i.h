@@ -88,6 +88,9 @@ void fs_inode_maybe_free(struct dmarfs *fs, struct inode *i);
 void fs_forget_one(struct dmarfs *fs, struct inode *i, uint64_t n);
 /* i->lock held (shared is enough). */
 void fs_fill_stat(const struct inode *i, struct stat *st);
+/* st_size alone: what fs_fill_stat gives, without the walk over a
+ * regular file's extents that st_blocks costs.  i->lock held. */
+off_t fs_inode_size(const struct inode *i);
 /* ns held. */
 struct dmar_dirent *fs_dir_find(struct inode *d, const char *name);
 int fs_dir_add(struct inode *d, const char *name, struct inode *i);
@@ -124,6 +127,9 @@ const struct fuse_lowlevel_ops *fs_local_ops(void);
 #define FS_PEER_COOKIE (1ull << 62)
 /* remote.c: append the @PEER entries with cookies above off to a readdir
  * reply of the root (ns held). */
+/* This host changed something at a peer (a ship, mkdir, remove): the
+ * directory listings the remote paths keep no longer hold. */
+void dmarfs_remote_changed(struct dmarfs *fs);
 void dmarfs_remote_root_entries(struct dmarfs *fs, fuse_req_t req, char *buf, size_t size, size_t *used,
 				uint64_t off);
 

@@ -277,12 +277,13 @@ static const char *type_name(mode_t m)
 }
 
 /* i->lock held. */
-static json_t *stat_json(struct dmarfs *fs, struct inode *i, const char *name, nlink_t nlink)
+/* figures: add a regular file's encoding figures (logical, stored, chunks,
+ * state), a walk over its extents; a directory's entries go without, so
+ * that a listing costs its entries, not their chunks. */
+static json_t *stat_json(struct dmarfs *fs, struct inode *i, const char *name, nlink_t nlink, bool figures)
 {
-	struct stat st;
-	fs_fill_stat(i, &st);
 	json_t *o = json_pack("{s:s, s:I, s:i, s:f, s:I, s:I, s:i, s:i}", "type", type_name(i->mode), "size",
-			      (json_int_t)st.st_size, "mode", (int)(i->mode & 07777), "mtime",
+			      (json_int_t)fs_inode_size(i), "mode", (int)(i->mode & 07777), "mtime",
 			      (double)i->mtime.tv_sec + (double)i->mtime.tv_nsec / 1e9, "mtime_ns",
 			      (json_int_t)i->mtime.tv_sec * 1000000000 + i->mtime.tv_nsec, "nlink", (json_int_t)nlink,
 			      "uid", (int)i->uid, "gid", (int)i->gid);
@@ -290,7 +291,7 @@ static json_t *stat_json(struct dmarfs *fs, struct inode *i, const char *name, n
 		return NULL;
 	if (name)
 		json_object_set_new(o, "name", json_string(name));
-	if (S_ISREG(i->mode)) {
+	if (S_ISREG(i->mode) && figures) {
 		struct dmar_file_stats fst;
 		dmar_file_stats(&i->f, &fs->cfg.ctx, &fst);
 		json_object_set_new(o, "logical", json_integer((json_int_t)fst.logical));
@@ -353,7 +354,7 @@ static int op_stat(void *ctx, const char *path, json_t **out, struct dmar_error 
 		return r;
 	nlink_t nl = fs_get_nlink(fs, i);
 	pthread_rwlock_rdlock(&i->lock);
-	json_t *o = stat_json(fs, i, NULL, nl);
+	json_t *o = stat_json(fs, i, NULL, nl, true);
 	pthread_rwlock_unlock(&i->lock);
 	if (o && S_ISDIR(i->mode)) {
 		/* A snapshot of the entries under ns; each child's attributes
@@ -365,7 +366,7 @@ static int op_stat(void *ctx, const char *path, json_t **out, struct dmar_error 
 		for (struct dmar_dirent *e; ents && (e = dmar_dir_next(&i->dir, &pos));) {
 			struct inode *c = ENTRY_INO(e);
 			pthread_rwlock_rdlock(&c->lock);
-			json_t *cj = stat_json(fs, c, e->name, c->nlink);
+			json_t *cj = stat_json(fs, c, e->name, c->nlink, false);
 			pthread_rwlock_unlock(&c->lock);
 			if (cj)
 				json_array_append_new(ents, cj);
@@ -449,6 +450,14 @@ static int op_have(void *ctx, const struct dmar_id *ids, size_t cnt, uint8_t *mi
 	for (size_t i = 0; i < cnt; i++)
 		missing[i] = dmar_store_lookup(CTX(n)->arena, &ids[i], &info) < 0;
 	return 0;
+}
+
+static int op_resolve(void *ctx, struct dmar_id *ids, size_t cnt, unsigned idlen, uint8_t *state,
+		      struct dmar_error *err)
+{
+	struct dmarfs_node *n = ctx;
+	int r = dmar_store_resolve_many(CTX(n)->arena, ids, cnt, idlen, state);
+	return r < 0 ? dmar_error_set(err, r, "id prefix of %u bytes", idlen) : 0;
 }
 
 static int op_put_chunk(void *ctx, const struct dmar_wire_chunk *c, const uint8_t *decoded, struct dmar_error *err)
@@ -550,7 +559,7 @@ static int op_commit(void *ctx, const char *path, const struct dmar_recipe *rc, 
 	if (!r && (r = link_new(fs, d, leaf, i, noreplace)) == 0)
 		parent = nodeid(fs, d);
 	if (!r)
-		*out = stat_json(fs, i, NULL, 1);
+		*out = stat_json(fs, i, NULL, 1, true);
 	fs_forget_one(fs, i, 1); /* unlinked on failure: freed here */
 	pthread_mutex_unlock(&fs->ns);
 	if (r < 0)
@@ -688,6 +697,7 @@ static const struct dmar_node_ops node_ops = {
 	.remove = op_remove,
 	.mkdir = op_mkdir,
 	.have = op_have,
+	.resolve = op_resolve,
 	.put_chunk = op_put_chunk,
 	.commit = op_commit,
 	.recipe = op_recipe,
@@ -697,26 +707,54 @@ static const struct dmar_node_ops node_ops = {
 
 /* ---- shipping ------------------------------------------------------------ */
 
+/* The chunk ids of r, in order (malloc'd, *n of them), or NULL. */
+static struct dmar_id *chunk_ids(const struct dmar_recipe *r, size_t *n)
+{
+	struct dmar_id *ids = malloc((r->n ? r->n : 1) * sizeof(*ids));
+	*n = 0;
+	for (size_t i = 0; ids && i < r->n; i++)
+		if (r->e[i].kind == DMAR_RECIPE_CHUNK)
+			ids[(*n)++] = r->e[i].id;
+	return ids;
+}
+
 int dmarfs_node_pin(struct dmar_fsctx *c, const struct dmar_recipe *r)
 {
-	for (size_t i = 0; i < r->n; i++) {
-		if (r->e[i].kind != DMAR_RECIPE_CHUNK)
-			continue;
-		if (dmar_store_ref_existing(c->arena, &r->e[i].id) < 0) {
-			while (i-- > 0)
-				if (r->e[i].kind == DMAR_RECIPE_CHUNK)
-					dmar_store_unref(c->arena, &r->e[i].id);
-			return -ENOENT;
-		}
+	size_t n;
+	struct dmar_id *ids = chunk_ids(r, &n);
+	struct dmar_chunk_info *info = malloc((n ? n : 1) * sizeof(*info));
+	int ret = 0;
+	if (!ids || !info) {
+		ret = -ENOMEM;
+		goto out;
 	}
-	return 0;
+	dmar_store_ref_many(c->arena, ids, n, info);
+	size_t held = 0;
+	for (size_t i = 0; i < n; i++)
+		if (info[i].refs)
+			ids[held++] = ids[i];
+	if (held < n) {
+		dmar_store_unref_many(c->arena, ids, held);
+		ret = -ENOENT;
+	}
+out:
+	free(ids);
+	free(info);
+	return ret;
 }
 
 void dmarfs_node_unpin(struct dmar_fsctx *c, const struct dmar_recipe *r)
 {
-	for (size_t i = 0; i < r->n; i++)
-		if (r->e[i].kind == DMAR_RECIPE_CHUNK)
-			dmar_store_unref(c->arena, &r->e[i].id);
+	size_t n;
+	struct dmar_id *ids = chunk_ids(r, &n);
+	if (ids) {
+		dmar_store_unref_many(c->arena, ids, n);
+	} else {
+		for (size_t i = 0; i < r->n; i++) /* no memory for a batch: one by one */
+			if (r->e[i].kind == DMAR_RECIPE_CHUNK)
+				dmar_store_unref(c->arena, &r->e[i].id);
+	}
+	free(ids);
 }
 
 static int src_get(void *ctx, const struct dmar_id *id, uint32_t len, struct dmar_wire_chunk *c)
@@ -793,6 +831,7 @@ int dmarfs_node_ship(struct dmarfs_node *n, const char *to, const char *src, con
 	}
 	struct dmar_chunk_source cs = { .get = src_get, .put = src_put, .ctx = n };
 	int rc = dmar_client_push(cl, dest, r, &cs, noreplace, p.base ? on_progress : NULL, &p, st, err);
+	dmarfs_remote_changed(n->fs); /* even a failed push may have changed the peer */
 	json_t *ev = p.base ? xfer_event(rc < 0 ? "transfer.failed" : "transfer.done", p.base, st) : NULL;
 	if (ev && rc < 0) {
 		json_object_set_new(ev, "error", json_string(err && err->msg[0] ? err->msg : strerror(-rc)));

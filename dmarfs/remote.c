@@ -27,6 +27,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdatomic.h>
 #include <string.h>
 #include <sys/statvfs.h>
 #include <time.h>
@@ -62,6 +63,30 @@ struct rinode {
 	int64_t loaded_mtime_ns;
 	uint64_t loaded_size;
 	struct dmar_file f;
+	struct rnames *names;   /* a directory's entries as the peer last listed them, or NULL */
+	atomic_ulong *names_gen; /* the remote's: bumped by every change this host makes at a peer */
+};
+
+/*
+ * A directory's entries from the peer's stat or listing of it, sorted by
+ * name, trusted for RENTRY_TIMEOUT as the kernel trusts a dentry: a
+ * lookup in the directory is answered from it, found or absent, with no
+ * request.  `cp f @b/dir/new` asked the peer for dir, then for new (absent);
+ * now the first answer says both, and `ls -l` costs one request, not one
+ * an entry.  Any change this host makes at a peer (create, mkdir, remove,
+ * a ship) bumps the remote's names_gen once it is done, and a listing
+ * holds only while names_gen is what it was before the listing was asked
+ * for: a listing never hides this host's own changes.
+ */
+struct rnames {
+	json_t *entries; /* the peer's array of stat objects with "name" (a reference) */
+	double at;       /* when it was fetched (monotonic seconds) */
+	unsigned long gen; /* *names_gen before the fetch */
+	size_t n;
+	struct {
+		const char *name; /* in entries */
+		json_t *o;
+	} *e;
 };
 
 #define RHASH_BUCKETS 4096
@@ -87,6 +112,7 @@ struct dmarfs_remote {
 		double at;
 	} neg[RNEG_SLOTS];
 	unsigned neg_next;
+	atomic_ulong names_gen; /* see struct rnames */
 	uint64_t next_ino;      /* atomic */
 };
 
@@ -160,6 +186,7 @@ static struct rinode *rinode_new(struct dmarfs_remote *rm, struct dmar_client *c
 		return NULL;
 	}
 	ri->kind = INODE_REMOTE;
+	ri->names_gen = &rm->names_gen;
 	ri->cl = cl;
 	ri->peer = peer;
 	ri->st_ino = RINO_BASE + __atomic_add_fetch(&rm->next_ino, 1, __ATOMIC_RELAXED);
@@ -257,8 +284,11 @@ static void rinode_unlist(struct dmarfs_remote *rm, struct rinode *ri)
 		ri->next->prev = ri->prev;
 }
 
+static void names_free(struct rnames *l);
+
 static void rinode_destroy(struct dmarfs *fs, struct rinode *ri)
 {
+	names_free(ri->names);
 	dmar_file_clear(&ri->f, &fs->cfg.ctx);
 	pthread_rwlock_destroy(&ri->lock);
 	free(ri->target);
@@ -288,6 +318,80 @@ static void forget_remote(struct dmarfs *fs, struct rinode *ri, uint64_t n)
 	pthread_mutex_unlock(&rm->lock);
 	if (gone)
 		rinode_destroy(fs, ri);
+}
+
+static void names_free(struct rnames *l)
+{
+	if (!l)
+		return;
+	json_decref(l->entries);
+	free(l->e);
+	free(l);
+}
+
+static int name_cmp(const void *a, const void *b)
+{
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Keep entries (a JSON array from the peer, asked for when names_gen was
+ * gen, fetched at `at`) as d's names; on ENOMEM d simply has none.
+ * d->lock held exclusively. */
+static void names_set(struct rinode *d, json_t *entries, double at, unsigned long gen)
+{
+	names_free(d->names);
+	d->names = NULL;
+	if (!json_is_array(entries))
+		return;
+	struct rnames *l = calloc(1, sizeof(*l));
+	size_t n = json_array_size(entries);
+	if (!l || (n && !(l->e = calloc(n, sizeof(*l->e))))) {
+		free(l);
+		return;
+	}
+	for (size_t k = 0; k < n; k++) {
+		json_t *o = json_array_get(entries, k);
+		const char *name = json_string_value(json_object_get(o, "name"));
+		if (name && json_is_object(o)) {
+			l->e[l->n].name = name;
+			l->e[l->n].o = o;
+			l->n++;
+		}
+	}
+	qsort(l->e, l->n, sizeof(*l->e), name_cmp);
+	l->entries = json_incref(entries);
+	l->at = at;
+	l->gen = gen;
+	d->names = l;
+}
+
+/* What d's names say of name: 1 and *o (a new reference, *at when it was
+ * fetched) if listed, 0 if absent, -1 if d has no fresh names.  d->lock
+ * held. */
+static int names_find(struct rinode *d, const char *name, json_t **o, double *at)
+{
+	struct rnames *l = d->names;
+	if (!l || mono() - l->at >= RENTRY_TIMEOUT || atomic_load(d->names_gen) != l->gen)
+		return -1;
+	const char *key = name;
+	__typeof__(l->e) hit = bsearch(&key, l->e, l->n, sizeof(*l->e), name_cmp);
+	if (!hit)
+		return 0;
+	*o = json_incref(hit->o);
+	*at = l->at;
+	return 1;
+}
+
+/* This host changed something at a peer: no listing taken before holds. */
+static void names_changed(struct dmarfs_remote *rm)
+{
+	atomic_fetch_add(&rm->names_gen, 1);
+}
+
+void dmarfs_remote_changed(struct dmarfs *fs)
+{
+	if (fs->remote)
+		names_changed(fs->remote);
 }
 
 /* "dir/name", or "name" under the peer's root.  NULL on ENOMEM. */
@@ -341,10 +445,13 @@ static int refresh(struct rinode *ri, bool force, struct dmar_error *err)
 	if (!force && ri->st_at && mono() - ri->st_at < RATTR_TIMEOUT)
 		return 0;
 	json_t *o = NULL;
+	unsigned long gen = atomic_load(ri->names_gen);
 	int r = dmar_client_stat(ri->cl, ri->path, &o, err);
 	if (r < 0)
 		return r;
 	apply_stat(ri, o);
+	/* A directory's stat carries its entries. */
+	names_set(ri, S_ISDIR(ri->st.st_mode) ? json_object_get(o, "entries") : NULL, ri->st_at, gen);
 	json_decref(o);
 	return 0;
 }
@@ -567,10 +674,36 @@ static void r_lookup(fuse_req_t req, struct rinode *d, const char *name)
 	 * inode, so what it holds stays cached. */
 	struct rinode *ri = rinode_find(fs->remote, d->cl, path);
 	bool found = ri != NULL;
-	if (!ri && neg_hit(fs->remote, d->cl, path)) {
+	json_t *listed = NULL;
+	double listed_at = 0;
+	int in_names = -1;
+	if (!ri) {
+		pthread_rwlock_rdlock(&d->lock);
+		in_names = names_find(d, name, &listed, &listed_at);
+		pthread_rwlock_unlock(&d->lock);
+	}
+	if (!ri && (in_names == 0 || (in_names < 0 && neg_hit(fs->remote, d->cl, path)))) {
 		free(path);
 		struct fuse_entry_param e = { .entry_timeout = RENTRY_TIMEOUT };
 		fuse_reply_entry(req, &e);
+		return;
+	}
+	if (listed) {
+		/* In the directory's fresh listing: that stat, no request. */
+		ri = rinode_new(fs->remote, d->cl, d->peer, path);
+		free(path);
+		if (!ri) {
+			json_decref(listed);
+			fuse_reply_err(req, ENOMEM);
+			return;
+		}
+		pthread_rwlock_wrlock(&ri->lock);
+		apply_stat(ri, listed);
+		ri->st_at = listed_at;
+		pthread_rwlock_unlock(&ri->lock);
+		json_decref(listed);
+		rinode_hash(fs->remote, ri);
+		reply_rentry(req, fs, ri, NULL);
 		return;
 	}
 	if (!ri)
@@ -679,6 +812,7 @@ static void r_mkdir(fuse_req_t req, struct rinode *d, const char *name, mode_t m
 		return;
 	}
 	int r = dmar_client_mkdir(d->cl, path, mode & 07777 & ~fuse_req_ctx(req)->umask, &err);
+	names_changed(fs->remote);
 	struct rinode *ri = r < 0 ? NULL : rinode_new(fs->remote, d->cl, d->peer, path);
 	free(path);
 	if (r < 0) {
@@ -718,8 +852,10 @@ static void r_remove(fuse_req_t req, struct rinode *d, const char *name, bool di
 			r = -ENOTDIR;
 		else if (!dir && isdir)
 			r = -EISDIR;
-		else
+		else {
 			r = dmar_client_remove(d->cl, path, &err);
+			names_changed(FS(req)->remote);
+		}
 	}
 	json_decref(o);
 	free(path);
@@ -854,6 +990,7 @@ static void r_opendir(fuse_req_t req, struct rinode *ri, struct fuse_file_info *
 	struct dmarfs *fs = FS(req);
 	struct dmar_error err = { 0 };
 	json_t *o = NULL;
+	unsigned long gen = atomic_load(ri->names_gen);
 	int r = dmar_client_stat(ri->cl, ri->path, &o, &err);
 	if (r < 0) {
 		reply_error(req, ri, "opendir", r, &err);
@@ -865,6 +1002,9 @@ static void r_opendir(fuse_req_t req, struct rinode *ri, struct fuse_file_info *
 		fuse_reply_err(req, ENOTDIR);
 		return;
 	}
+	pthread_rwlock_wrlock(&ri->lock);
+	names_set(ri, ents, mono(), gen); /* ls -l: its lstats are answered from these */
+	pthread_rwlock_unlock(&ri->lock);
 	struct rlisting *l = calloc(1, sizeof(*l));
 	size_t n = json_array_size(ents);
 	if (l && n && !(l->e = calloc(n, sizeof(*l->e)))) {

@@ -94,6 +94,7 @@ struct dmar_client {
 	char *auth;  /* "Authorization: Bearer ..." or NULL */
 	char *tls_ca;
 	unsigned streams;
+	atomic_bool no_short; /* the peer answered 415 to a short recipe */
 	long connect_timeout_ms;
 	long timeout_ms;
 
@@ -748,8 +749,13 @@ int dmar_client_query(struct dmar_client *c, const struct dmar_id *ids, size_t n
 	return r;
 }
 
-static int commit_one(struct dmar_client *c, const char *path, const uint8_t *recipe, size_t len, bool noreplace,
-		      json_t **out, struct tally *t, struct dmar_error *err)
+#define CT_RECIPE "application/x-dmar-recipe"
+#define CT_RECIPE_SHORT "application/x-dmar-recipe-short"
+
+/* PUT the recipe (ctype: full or short); *status the HTTP status (0 if
+ * none came). */
+static int commit_one(struct dmar_client *c, const char *path, const char *ctype, const uint8_t *recipe, size_t len,
+		      bool noreplace, json_t **out, struct tally *t, long *status, struct dmar_error *err)
 {
 	struct call k;
 	int r = call_begin(&k, c, "PUT", "/v1/files/", path, err);
@@ -760,11 +766,12 @@ static int commit_one(struct dmar_client *c, const char *path, const uint8_t *re
 	/* A refusal as a bitmap over the recipe, not an id list (push). */
 	if ((r = call_header(&k, "X-Dmar-Missing-As: bits")) < 0)
 		goto out;
-	if ((r = call_body(&k, "application/x-dmar-recipe", recipe, len)) < 0)
+	if ((r = call_body(&k, ctype, recipe, len)) < 0)
 		goto out;
 	if ((r = call_perform(&k)) < 0)
 		goto out;
 	t->rounds++;
+	*status = k.status;
 	if (!ok_status(k.status)) {
 		json_t *ans = NULL;
 		r = call_http_error(&k, &ans);
@@ -780,12 +787,12 @@ out:
 	return r;
 }
 
-static uint8_t *recipe_bytes(const struct dmar_recipe *r, size_t *len)
+static uint8_t *recipe_bytes(const struct dmar_recipe *r, size_t *len, struct dmar_id *id)
 {
 	*len = dmar_recipe_wire_size(r->n);
 	uint8_t *b = malloc(*len);
 	if (b)
-		dmar_recipe_write(r, b, NULL);
+		dmar_recipe_write(r, b, id);
 	return b;
 }
 
@@ -793,11 +800,12 @@ int dmar_client_commit(struct dmar_client *c, const char *path, const struct dma
 		       json_t **out, struct dmar_error *err)
 {
 	size_t len;
-	uint8_t *b = recipe_bytes(r, &len);
+	uint8_t *b = recipe_bytes(r, &len, NULL);
 	if (!b)
 		return -ENOMEM;
 	struct tally t = { 0 };
-	int ret = commit_one(c, path, b, len, noreplace, out, &t, err);
+	long status = 0;
+	int ret = commit_one(c, path, CT_RECIPE, b, len, noreplace, out, &t, &status, err);
 	free(b);
 	return ret;
 }
@@ -1545,9 +1553,9 @@ int dmar_client_push(struct dmar_client *c, const char *path, const struct dmar_
 	engine_init(&p.e, c, progress, pctx);
 	p.src = src;
 	struct tally t = { 0 };
-	uint8_t *missing = NULL, *rb = NULL;
+	uint8_t *missing = NULL, *rb = NULL, *sb = NULL;
 	uint32_t *todo = NULL;
-	size_t rlen = 0, ntodo = 0;
+	size_t rlen = 0, slen = 0, ntodo = 0;
 	int ret = dmar_wire_path_check(path, err);
 	if (ret < 0)
 		goto out;
@@ -1560,29 +1568,57 @@ int dmar_client_push(struct dmar_client *c, const char *path, const struct dmar_
 	p.e.st.chunks = p.e.set.n;
 	missing = malloc(p.e.set.n ? p.e.set.n : 1);
 	todo = malloc((p.e.set.n ? p.e.set.n : 1) * sizeof(*todo));
-	rb = recipe_bytes(r, &rlen);
-	if (!missing || !todo || !rb) {
+	struct dmar_id rid;
+	rb = recipe_bytes(r, &rlen, &rid);
+	sb = malloc(dmar_recipe_short_max_size(r->n));
+	if (!missing || !todo || !rb || !sb) {
 		ret = -ENOMEM;
 		goto out;
 	}
-	/* Commit first: a file the peer holds (chunks shared with any of
-	 * its files) costs one round trip, and a refusal says which chunks
-	 * to send as a bitmap over the recipe (about what a have/want query
-	 * costs), so new data pays only the recipe sent twice. */
-	for (int attempt = 0;; attempt++) {
+	slen = dmar_recipe_short_write(r, &rid, DMAR_RECIPE_SHORT_IDLEN, sb);
+	/*
+	 * Commit first: a file the peer holds (chunks shared with any of its
+	 * files) costs one round trip, and a refusal says which chunks to
+	 * send as a bitmap over the recipe (about what a have/want query
+	 * costs).  The commit names each chunk by 8 bytes of its id (a short
+	 * recipe: about 12 bytes an entry, where the recipe spends 48), so a
+	 * new version of a file the peer has costs a quarter of its recipe,
+	 * twice; the peer completes the ids and checks the result against
+	 * the recipe id.  A peer that cannot (415), or whose chunks leave a
+	 * prefix ambiguous, gets the full recipe.
+	 */
+	bool use_short = !atomic_load(&c->no_short);
+	for (int attempt = 0;;) {
 		if (ntodo && (ret = push_upload(&p, todo, ntodo, &t.rounds)) < 0)
 			goto out;
+		ntodo = 0;
 		json_t *ans = NULL;
 		struct dmar_error cerr = { 0 };
-		ret = commit_one(c, path, rb, rlen, noreplace, &ans, &t, &cerr);
+		long status = 0;
+		ret = commit_one(c, path, use_short ? CT_RECIPE_SHORT : CT_RECIPE, use_short ? sb : rb,
+				 use_short ? slen : rlen, noreplace, &ans, &t, &status, &cerr);
 		if (ret == 0) {
 			json_decref(ans);
 			break;
+		}
+		if (use_short && status == 415) {
+			/* An older peer: full recipes from now on, and this
+			 * refusal does not count as an attempt. */
+			atomic_store(&c->no_short, true);
+			use_short = false;
+			json_decref(ans);
+			continue;
 		}
 		if (ret != -ENODATA || attempt == DMAR_COMMIT_RETRIES + 1) {
 			json_decref(ans);
 			dmar_error_set(err, ret, "%s", cerr.msg);
 			goto out;
+		}
+		attempt++;
+		if (use_short && json_string_value(json_object_get(ans, "resend"))) {
+			use_short = false;
+			json_decref(ans);
+			continue;
 		}
 		bool requery = false;
 		const char *bits = json_string_value(json_object_get(ans, "missing_bits"));
@@ -1606,6 +1642,7 @@ out:
 	free(missing);
 	free(todo);
 	free(rb);
+	free(sb);
 	return ret;
 }
 

@@ -142,6 +142,9 @@ enum body_kind {
 };
 enum match { MATCH_EXACT, MATCH_TREE, MATCH_ID };
 
+#define CT_RECIPE "application/x-dmar-recipe"
+#define CT_RECIPE_SHORT "application/x-dmar-recipe-short"
+
 struct req;
 typedef enum MHD_Result (*handler_fn)(struct req *q);
 
@@ -150,7 +153,7 @@ struct route {
 	const char *prefix;
 	enum match match;
 	enum body_kind body;
-	const char *ctype; /* required Content-Type, or NULL */
+	const char *ctype[2]; /* the Content-Types it takes (the first named in a 415), or none */
 	handler_fn fn;
 };
 
@@ -544,7 +547,83 @@ out:
 	return o;
 }
 
-/* PUT /v1/files/PATH, body a recipe */
+/* Complete the short recipe rc (ids cut to idlen bytes) from the node's
+ * chunks: 0 and rc the full recipe whose id is rid.  Else -ENODATA and *out
+ * the 409 answer: the bits of the entries that no held chunk completes, or
+ * "resend": "full" when a prefix names more than one chunk here or the
+ * completed recipe is not the one rid names (a prefix completed to another
+ * chunk than the sender's): then only the full recipe can say. */
+static int short_complete(struct req *q, struct dmar_recipe *rc, const struct dmar_id *rid, unsigned idlen,
+			  json_t **out)
+{
+	size_t nb = (rc->n + 7) / 8, k = 0, nmiss = 0, namb = 0;
+	struct dmar_id *ids = malloc((rc->n ? rc->n : 1) * sizeof(*ids));
+	uint8_t *state = malloc(rc->n ? rc->n : 1), *bits = calloc(nb ? nb : 1, 1), *full = NULL;
+	char *hex = NULL;
+	int r = -ENOMEM;
+	if (!ids || !state || !bits)
+		goto out;
+	for (size_t i = 0; i < rc->n; i++)
+		if (rc->e[i].kind == DMAR_RECIPE_CHUNK)
+			ids[k++] = rc->e[i].id;
+	if (k && (r = q->s->ops->resolve(q->s->ctx, ids, k, idlen, state, &q->err)) < 0)
+		goto out;
+	k = 0;
+	for (size_t i = 0; i < rc->n; i++) {
+		if (rc->e[i].kind != DMAR_RECIPE_CHUNK)
+			continue;
+		if (state[k] == 0) {
+			rc->e[i].id = ids[k];
+		} else if (state[k] == 1) {
+			bits[i / 8] |= (uint8_t)(1u << (i % 8));
+			nmiss++;
+		} else {
+			namb++;
+		}
+		k++;
+	}
+	r = -ENODATA;
+	if (namb) {
+		*out = json_pack("{s:i, s:s}", "missing_count", 0, "resend", "full");
+		dmar_error_set(&q->err, r, "%zu chunk id prefixes of the short recipe name more than one chunk here",
+			       namb);
+		goto out;
+	}
+	if (nmiss) {
+		if (!(hex = malloc(2 * nb + 1))) {
+			r = -ENOMEM;
+			goto out;
+		}
+		dmar_hex(bits, nb, hex);
+		*out = json_pack("{s:I, s:s}", "missing_count", (json_int_t)nmiss, "missing_bits", hex);
+		dmar_error_set(&q->err, r, "%zu chunks of the recipe are missing", nmiss);
+		goto out;
+	}
+	struct dmar_id got;
+	if (!(full = malloc(dmar_recipe_wire_size(rc->n)))) {
+		r = -ENOMEM;
+		goto out;
+	}
+	dmar_recipe_write(rc, full, &got);
+	if (memcmp(got.b, rid->b, DMAR_HASH_SIZE) != 0) {
+		char a[DMAR_HASH_HEX_SIZE], b[DMAR_HASH_HEX_SIZE];
+		dmar_hex(got.b, DMAR_HASH_SIZE, a);
+		dmar_hex(rid->b, DMAR_HASH_SIZE, b);
+		*out = json_pack("{s:i, s:s}", "missing_count", 0, "resend", "full");
+		dmar_error_set(&q->err, r, "the short recipe completes to recipe %.16s..., not %.16s...", a, b);
+		goto out;
+	}
+	r = 0;
+out:
+	free(ids);
+	free(state);
+	free(bits);
+	free(full);
+	free(hex);
+	return r;
+}
+
+/* PUT /v1/files/PATH, body a recipe or a short recipe */
 static enum MHD_Result h_commit(struct req *q)
 {
 	const char *inm = header(q, MHD_HTTP_HEADER_IF_NONE_MATCH);
@@ -556,18 +635,29 @@ static enum MHD_Result h_commit(struct req *q)
 			return reply_error(q, -EINVAL, 0, "If-None-Match: only \"*\" is supported");
 		noreplace = true;
 	}
+	/* A short recipe's ids mean nothing to the sender as a list: its
+	 * refusals are always bits. */
+	bool is_short = media_type_is(header(q, MHD_HTTP_HEADER_CONTENT_TYPE), CT_RECIPE_SHORT);
+	const char *want = header(q, "X-Dmar-Missing-As");
+	bool as_bits = is_short || (want && !strcmp(want, "bits"));
 	struct dmar_recipe rc;
-	int r = dmar_recipe_parse(q->body, q->len, &rc, &q->err);
+	struct dmar_id rid;
+	unsigned idlen;
+	int r = is_short ? dmar_recipe_short_parse(q->body, q->len, &rc, &rid, &idlen, &q->err)
+			 : dmar_recipe_parse(q->body, q->len, &rc, &q->err);
 	if (r < 0)
 		return reply_ops_error(q, r);
 	json_t *o = NULL;
-	r = q->s->ops->commit(q->s->ctx, q->path, &rc, noreplace, &o, &q->err);
-	const char *want = header(q, "X-Dmar-Missing-As");
-	if (r == -ENODATA && want && !strcmp(want, "bits")) {
-		json_t *bits = missing_bits(q, &rc, o);
-		if (bits) {
-			json_decref(o);
-			o = bits;
+	if (is_short)
+		r = short_complete(q, &rc, &rid, idlen, &o);
+	if (r == 0) {
+		r = q->s->ops->commit(q->s->ctx, q->path, &rc, noreplace, &o, &q->err);
+		if (r == -ENODATA && as_bits) {
+			json_t *bits = missing_bits(q, &rc, o);
+			if (bits) {
+				json_decref(o);
+				o = bits;
+			}
 		}
 	}
 	dmar_recipe_free(&rc);
@@ -1235,22 +1325,21 @@ static enum MHD_Result h_events(struct req *q)
 
 /* ---- routing ----------------------------------------------------------------- */
 
-#define CT_RECIPE "application/x-dmar-recipe"
 
 /* Exact paths before the patterns that would swallow them. */
 static const struct route routes[] = {
-	{ "GET", "/v1/node", MATCH_EXACT, BODY_NONE, NULL, h_node },
-	{ "POST", "/v1/chunks/query", MATCH_EXACT, BODY_BUF, NULL, h_query },
-	{ "POST", "/v1/chunks/fetch", MATCH_EXACT, BODY_BUF, NULL, h_fetch },
-	{ "POST", "/v1/chunks", MATCH_EXACT, BODY_BATCH, NULL, h_put_chunks },
-	{ "GET", "/v1/chunks/", MATCH_ID, BODY_NONE, NULL, h_get_chunk },
-	{ "GET", "/v1/files", MATCH_TREE, BODY_NONE, NULL, h_stat },
-	{ "DELETE", "/v1/files", MATCH_TREE, BODY_NONE, NULL, h_remove },
-	{ "PUT", "/v1/files", MATCH_TREE, BODY_BUF, CT_RECIPE, h_commit },
-	{ "PUT", "/v1/dirs", MATCH_TREE, BODY_JSON, NULL, h_mkdir },
-	{ "GET", "/v1/recipes", MATCH_TREE, BODY_NONE, NULL, h_recipe },
-	{ "POST", "/v1/transfers", MATCH_EXACT, BODY_JSON, NULL, h_transfer },
-	{ "GET", "/v1/events", MATCH_EXACT, BODY_NONE, NULL, h_events },
+	{ "GET", "/v1/node", MATCH_EXACT, BODY_NONE, { NULL }, h_node },
+	{ "POST", "/v1/chunks/query", MATCH_EXACT, BODY_BUF, { NULL }, h_query },
+	{ "POST", "/v1/chunks/fetch", MATCH_EXACT, BODY_BUF, { NULL }, h_fetch },
+	{ "POST", "/v1/chunks", MATCH_EXACT, BODY_BATCH, { NULL }, h_put_chunks },
+	{ "GET", "/v1/chunks/", MATCH_ID, BODY_NONE, { NULL }, h_get_chunk },
+	{ "GET", "/v1/files", MATCH_TREE, BODY_NONE, { NULL }, h_stat },
+	{ "DELETE", "/v1/files", MATCH_TREE, BODY_NONE, { NULL }, h_remove },
+	{ "PUT", "/v1/files", MATCH_TREE, BODY_BUF, { CT_RECIPE, CT_RECIPE_SHORT }, h_commit },
+	{ "PUT", "/v1/dirs", MATCH_TREE, BODY_JSON, { NULL }, h_mkdir },
+	{ "GET", "/v1/recipes", MATCH_TREE, BODY_NONE, { NULL }, h_recipe },
+	{ "POST", "/v1/transfers", MATCH_EXACT, BODY_JSON, { NULL }, h_transfer },
+	{ "GET", "/v1/events", MATCH_EXACT, BODY_NONE, { NULL }, h_events },
 };
 #define NROUTES (sizeof(routes) / sizeof(routes[0]))
 
@@ -1328,9 +1417,10 @@ static enum MHD_Result begin(struct req *q, const char *url, const char *method)
 	if (q->answered || r == MHD_NO)
 		return r;
 	const struct route *rt = q->rt;
-	if (rt->ctype && !media_type_is(header(q, MHD_HTTP_HEADER_CONTENT_TYPE), rt->ctype))
-		return reply_errorf(q, -ENOTSUP, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE, "Content-Type must be %s",
-				    rt->ctype);
+	const char *ct = header(q, MHD_HTTP_HEADER_CONTENT_TYPE);
+	if (rt->ctype[0] && !media_type_is(ct, rt->ctype[0]) && !(rt->ctype[1] && media_type_is(ct, rt->ctype[1])))
+		return reply_errorf(q, -ENOTSUP, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE, "Content-Type must be %s%s%s",
+				    rt->ctype[0], rt->ctype[1] ? " or " : "", rt->ctype[1] ? rt->ctype[1] : "");
 	q->limit = rt->body == BODY_JSON && s->max_body > JSON_BODY_MAX ? JSON_BODY_MAX : s->max_body;
 	const char *cl = header(q, MHD_HTTP_HEADER_CONTENT_LENGTH);
 	if (cl) {
@@ -1667,7 +1757,7 @@ int dmar_server_start(struct dmar_server **out, const struct dmar_server_opts *o
 	if (r < 0)
 		return r;
 	if (!ops || !ops->info || !ops->stat || !ops->remove || !ops->mkdir || !ops->have || !ops->put_chunk ||
-	    !ops->commit || !ops->recipe || !ops->get_chunk || !ops->transfer)
+	    !ops->commit || !ops->resolve || !ops->recipe || !ops->get_chunk || !ops->transfer)
 		return dmar_error_set(err, -EINVAL, "server: every node operation must be given");
 	if (o->token && !*o->token)
 		return dmar_error_set(err, -EINVAL, "token: empty");

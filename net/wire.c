@@ -60,6 +60,49 @@ static bool all_zero(const uint8_t *p, size_t n)
 	return true;
 }
 
+/* The header fields both recipe forms share (bytes 8..47), checked; the
+ * caller has checked magic, version and bytes 6-7.  what: "recipe" or
+ * "short recipe", for messages. */
+static int header_parse(const uint8_t *b, const char *what, struct dmar_recipe *r, uint32_t *n,
+			struct dmar_error *err)
+{
+	if (dmar_get_le32(b + 20) != 0 || dmar_get_le64(b + 40) != 0)
+		return dmar_error_set(err, -EBADMSG, "%s: unknown flags or nonzero reserved header fields", what);
+	r->size = dmar_get_le64(b + 8);
+	r->mode = dmar_get_le32(b + 16);
+	r->mtime_sec = (int64_t)dmar_get_le64(b + 24);
+	r->mtime_nsec = dmar_get_le32(b + 32);
+	*n = dmar_get_le32(b + 36);
+	if (r->size > DMAR_RECIPE_MAX_SIZE)
+		return dmar_error_set(err, -EBADMSG, "%s: size %" PRIu64 " is beyond the limit", what, r->size);
+	if (r->mode & ~07777u)
+		return dmar_error_set(err, -EBADMSG, "%s: mode %#o has bits beyond 07777", what, r->mode);
+	if (r->mtime_nsec >= 1000000000u)
+		return dmar_error_set(err, -EBADMSG, "%s: mtime nanoseconds %u >= 10^9", what, r->mtime_nsec);
+	if (*n > DMAR_RECIPE_MAX_ENTRIES)
+		return dmar_error_set(err, -EBADMSG, "%s: %u entries, the limit is %u", what, *n,
+				      DMAR_RECIPE_MAX_ENTRIES);
+	return 0;
+}
+
+/* What is wrong with entry e of a recipe of size bytes, total of them
+ * covered before it; NULL if nothing.  A hole's id and skip are the
+ * caller's to check. */
+static const char *entry_bad(const struct dmar_recipe_entry *e, uint64_t size, uint64_t total)
+{
+	if (e->len == 0)
+		return "length 0";
+	if (e->kind == DMAR_RECIPE_CHUNK) {
+		if (e->len > DMAR_WIRE_CHUNK_MAX || e->skip > DMAR_WIRE_CHUNK_MAX - e->len)
+			return "range beyond the largest chunk";
+	} else if (e->kind != DMAR_RECIPE_HOLE) {
+		return "unknown kind";
+	}
+	if (e->len > size - total)
+		return "lengths add up to more than the size";
+	return NULL;
+}
+
 int dmar_recipe_parse(const void *buf, size_t len, struct dmar_recipe *r, struct dmar_error *err)
 {
 	const uint8_t *b = buf;
@@ -71,21 +114,13 @@ int dmar_recipe_parse(const void *buf, size_t len, struct dmar_recipe *r, struct
 	if (dmar_get_le16(b + 4) != DMAR_RECIPE_VERSION)
 		return dmar_error_set(err, -EBADMSG, "recipe: unsupported version %u (this build reads %d)",
 				      dmar_get_le16(b + 4), DMAR_RECIPE_VERSION);
-	if (dmar_get_le16(b + 6) != 0 || dmar_get_le32(b + 20) != 0 || dmar_get_le64(b + 40) != 0)
+	if (dmar_get_le16(b + 6) != 0)
 		return dmar_error_set(err, -EBADMSG, "recipe: unknown flags or nonzero reserved header fields");
-	uint64_t size = dmar_get_le64(b + 8);
-	uint32_t mode = dmar_get_le32(b + 16);
-	uint32_t nsec = dmar_get_le32(b + 32);
-	uint32_t n = dmar_get_le32(b + 36);
-	if (size > DMAR_RECIPE_MAX_SIZE)
-		return dmar_error_set(err, -EBADMSG, "recipe: size %" PRIu64 " is beyond the limit", size);
-	if (mode & ~07777u)
-		return dmar_error_set(err, -EBADMSG, "recipe: mode %#o has bits beyond 07777", mode);
-	if (nsec >= 1000000000u)
-		return dmar_error_set(err, -EBADMSG, "recipe: mtime nanoseconds %u >= 10^9", nsec);
-	if (n > DMAR_RECIPE_MAX_ENTRIES)
-		return dmar_error_set(err, -EBADMSG, "recipe: %u entries, the limit is %u", n,
-				      DMAR_RECIPE_MAX_ENTRIES);
+	struct dmar_recipe h;
+	uint32_t n;
+	int rc = header_parse(b, "recipe", &h, &n, err);
+	if (rc < 0)
+		return rc;
 	if (len != dmar_recipe_wire_size(n))
 		return dmar_error_set(err, -EBADMSG, "recipe: %zu bytes, but %u entries make %zu (%s)", len, n,
 				      dmar_recipe_wire_size(n),
@@ -106,37 +141,185 @@ int dmar_recipe_parse(const void *buf, size_t len, struct dmar_recipe *r, struct
 		e[i].len = dmar_get_le64(p + 32);
 		e[i].skip = dmar_get_le32(p + 40);
 		e[i].kind = dmar_get_le32(p + 44);
-		const char *bad = NULL;
-		if (e[i].len == 0)
-			bad = "length 0";
-		else if (e[i].kind == DMAR_RECIPE_CHUNK) {
-			if (e[i].len > DMAR_WIRE_CHUNK_MAX || e[i].skip > DMAR_WIRE_CHUNK_MAX - e[i].len)
-				bad = "range beyond the largest chunk";
-		} else if (e[i].kind == DMAR_RECIPE_HOLE) {
-			if (e[i].skip || !all_zero(p, DMAR_HASH_SIZE))
-				bad = "hole with an id or skip";
-		} else {
-			bad = "unknown kind";
-		}
-		if (!bad && e[i].len > size - total)
-			bad = "lengths add up to more than the size";
+		const char *bad = entry_bad(&e[i], h.size, total);
+		if (!bad && e[i].kind == DMAR_RECIPE_HOLE && (e[i].skip || !all_zero(p, DMAR_HASH_SIZE)))
+			bad = "hole with an id or skip";
 		if (bad) {
 			free(e);
 			return dmar_error_set(err, -EBADMSG, "recipe: entry %u: %s", i, bad);
 		}
 		total += e[i].len;
 	}
-	if (total != size) {
+	if (total != h.size) {
 		free(e);
 		return dmar_error_set(err, -EBADMSG, "recipe: entries cover %" PRIu64 " bytes, size says %" PRIu64,
-				      total, size);
+				      total, h.size);
 	}
-	r->size = size;
-	r->mode = mode;
-	r->mtime_sec = (int64_t)dmar_get_le64(b + 24);
-	r->mtime_nsec = nsec;
-	r->n = n;
-	r->e = e;
+	h.n = n;
+	h.e = e;
+	*r = h;
+	return 0;
+}
+
+/* ---- short recipes -------------------------------------------------------- */
+
+enum { SHORT_CHUNK = 0, SHORT_HOLE = 1, SHORT_CHUNK_SKIP = 2 };
+
+/* The largest entry: tag, a whole id, len and skip of a chunk (each < 2^28,
+ * 4 ULEB128 bytes); a hole's len (< 2^63, 9 bytes) is shorter. */
+#define SHORT_ENTRY_MAX (1 + DMAR_HASH_SIZE + 4 + 4)
+
+size_t dmar_recipe_short_max_size(size_t n)
+{
+	return DMAR_RECIPE_SHORT_HDR_SIZE + n * SHORT_ENTRY_MAX;
+}
+
+static uint8_t *uleb_put(uint8_t *p, uint64_t v)
+{
+	while (v >= 0x80) {
+		*p++ = (uint8_t)(v | 0x80);
+		v >>= 7;
+	}
+	*p++ = (uint8_t)v;
+	return p;
+}
+
+/* A canonical ULEB128 from [*p, end): 0 and *v, *p moved past it; -1 if
+ * truncated, longer than 64 bits or not in its fewest bytes. */
+static int uleb_get(const uint8_t **p, const uint8_t *end, uint64_t *v)
+{
+	uint64_t x = 0;
+	for (unsigned shift = 0; *p < end && shift < 64; shift += 7) {
+		uint8_t c = *(*p)++;
+		if (shift == 63 && c > 1)
+			return -1;
+		x |= (uint64_t)(c & 0x7f) << shift;
+		if (!(c & 0x80)) {
+			if (!c && shift)
+				return -1; /* a trailing zero group */
+			*v = x;
+			return 0;
+		}
+	}
+	return -1;
+}
+
+size_t dmar_recipe_short_write(const struct dmar_recipe *r, const struct dmar_id *id, unsigned idlen, uint8_t *out)
+{
+	memset(out, 0, DMAR_RECIPE_SHORT_HDR_SIZE);
+	memcpy(out, DMAR_RECIPE_SHORT_MAGIC, 4);
+	dmar_put_le16(out + 4, DMAR_RECIPE_VERSION);
+	out[6] = (uint8_t)idlen;
+	dmar_put_le64(out + 8, r->size);
+	dmar_put_le32(out + 16, r->mode & 07777);
+	dmar_put_le64(out + 24, (uint64_t)r->mtime_sec);
+	dmar_put_le32(out + 32, r->mtime_nsec);
+	dmar_put_le32(out + 36, (uint32_t)r->n);
+	memcpy(out + 48, id->b, DMAR_HASH_SIZE);
+	uint8_t *p = out + DMAR_RECIPE_SHORT_HDR_SIZE;
+	for (size_t i = 0; i < r->n; i++) {
+		const struct dmar_recipe_entry *e = &r->e[i];
+		if (e->kind == DMAR_RECIPE_HOLE) {
+			*p++ = SHORT_HOLE;
+			p = uleb_put(p, e->len);
+			continue;
+		}
+		*p++ = e->skip ? SHORT_CHUNK_SKIP : SHORT_CHUNK;
+		memcpy(p, e->id.b, idlen);
+		p = uleb_put(p + idlen, e->len);
+		if (e->skip)
+			p = uleb_put(p, e->skip);
+	}
+	return (size_t)(p - out);
+}
+
+int dmar_recipe_short_parse(const void *buf, size_t len, struct dmar_recipe *r, struct dmar_id *id, unsigned *idlen,
+			    struct dmar_error *err)
+{
+	const uint8_t *b = buf, *end = b + len;
+	if (len < DMAR_RECIPE_SHORT_HDR_SIZE)
+		return dmar_error_set(err, -EBADMSG, "short recipe: truncated: %zu bytes, one has at least %d", len,
+				      DMAR_RECIPE_SHORT_HDR_SIZE);
+	if (memcmp(b, DMAR_RECIPE_SHORT_MAGIC, 4) != 0)
+		return dmar_error_set(err, -EBADMSG, "short recipe: bad magic (not a dmar short recipe)");
+	if (dmar_get_le16(b + 4) != DMAR_RECIPE_VERSION)
+		return dmar_error_set(err, -EBADMSG, "short recipe: unsupported version %u (this build reads %d)",
+				      dmar_get_le16(b + 4), DMAR_RECIPE_VERSION);
+	unsigned il = b[6];
+	if (il < DMAR_RECIPE_SHORT_IDLEN_MIN || il > DMAR_HASH_SIZE)
+		return dmar_error_set(err, -EBADMSG, "short recipe: id prefix of %u bytes (%d to %d)", il,
+				      DMAR_RECIPE_SHORT_IDLEN_MIN, DMAR_HASH_SIZE);
+	if (b[7] != 0)
+		return dmar_error_set(err, -EBADMSG, "short recipe: unknown flags or nonzero reserved header fields");
+	struct dmar_recipe h;
+	uint32_t n;
+	int rc = header_parse(b, "short recipe", &h, &n, err);
+	if (rc < 0)
+		return rc;
+	/* Every entry takes at least 2 bytes: no allocation beyond what the
+	 * body could describe. */
+	if ((len - DMAR_RECIPE_SHORT_HDR_SIZE) / 2 < n)
+		return dmar_error_set(err, -EBADMSG, "short recipe: %zu bytes cannot hold %u entries (truncated)", len,
+				      n);
+	struct dmar_recipe_entry *e = NULL;
+	if (n && !(e = calloc(n, sizeof(*e))))
+		return -ENOMEM;
+	uint64_t total = 0;
+	const uint8_t *p = b + DMAR_RECIPE_SHORT_HDR_SIZE;
+	const char *bad = NULL;
+	uint32_t i;
+	for (i = 0; i < n && !bad; i++) {
+		if (p == end) {
+			bad = "truncated";
+			break;
+		}
+		uint8_t tag = *p++;
+		uint64_t v = 0, skip = 0;
+		if (tag > SHORT_CHUNK_SKIP) {
+			bad = "unknown tag";
+			break;
+		}
+		if (tag != SHORT_HOLE) {
+			if ((size_t)(end - p) < il) {
+				bad = "truncated";
+				break;
+			}
+			memcpy(e[i].id.b, p, il);
+			p += il;
+		}
+		if (uleb_get(&p, end, &v) < 0 || (tag == SHORT_CHUNK_SKIP && uleb_get(&p, end, &skip) < 0)) {
+			bad = "truncated or non-canonical number";
+			break;
+		}
+		if (tag == SHORT_CHUNK_SKIP && (skip == 0 || skip > UINT32_MAX)) {
+			bad = skip ? "range beyond the largest chunk" : "tag 2 with skip 0";
+			break;
+		}
+		e[i].len = v;
+		e[i].skip = (uint32_t)skip;
+		e[i].kind = tag == SHORT_HOLE ? DMAR_RECIPE_HOLE : DMAR_RECIPE_CHUNK;
+		if ((bad = entry_bad(&e[i], h.size, total)))
+			break;
+		total += e[i].len;
+	}
+	if (bad) {
+		free(e);
+		return dmar_error_set(err, -EBADMSG, "short recipe: entry %u: %s", i, bad);
+	}
+	if (p != end) {
+		free(e);
+		return dmar_error_set(err, -EBADMSG, "short recipe: %zu bytes after the last entry", (size_t)(end - p));
+	}
+	if (total != h.size) {
+		free(e);
+		return dmar_error_set(err, -EBADMSG,
+				      "short recipe: entries cover %" PRIu64 " bytes, size says %" PRIu64, total, h.size);
+	}
+	memcpy(id->b, b + 48, DMAR_HASH_SIZE);
+	*idlen = il;
+	h.n = n;
+	h.e = e;
+	*r = h;
 	return 0;
 }
 

@@ -29,6 +29,33 @@
  *   was partly rewritten or assembled by copy_file_range can show part of
  *   a chunk, and the whole chunk travels.
  *
+ * Short recipe (Content-Type: application/x-dmar-recipe-short): the same
+ * file with each chunk named by the first idlen bytes of its id, for a
+ * commit to a node that holds most of the chunks (a new version of a file
+ * it has, a file it holds under another name).  The receiver completes
+ * each prefix from its chunk store and checks the result against the full
+ * recipe's id, which the short one carries; a prefix it cannot complete
+ * (no chunk, or more than one) is reported, never guessed.
+ *     header  80 bytes
+ *        0  4  magic "DMRS"
+ *        4  2  version (1)
+ *        6  1  idlen: bytes of each id prefix (8..32)
+ *        7  1  reserved, zero
+ *        8 40  size, mode, reserved, mtime, nanoseconds, n, reserved:
+ *              as in the recipe header
+ *       48 32  recipe id: the trailer of the full recipe
+ *     n entries, each a tag byte, then:
+ *        tag 0 chunk range from the chunk's start (skip 0):
+ *              idlen bytes of the id, ULEB128 len
+ *        tag 1 hole: ULEB128 len
+ *        tag 2 chunk range with skip > 0: idlen bytes, ULEB128 len,
+ *              ULEB128 skip
+ *     ULEB128: 7 bits a byte, least significant first, the high bit set on
+ *     every byte but the last, in the fewest bytes (no trailing zero
+ *     groups).  The same limits as the recipe's apply; nothing may follow
+ *     the last entry.  No checksum of its own: the completed recipe must
+ *     hash to the recipe id.
+ *
  * Chunk batch (Content-Type: application/x-dmar-chunks): chunks with their
  * payloads, for upload and for download.
  *     header  16 bytes: magic "DMCB", version u16 (1), flags u16 (0),
@@ -115,6 +142,30 @@ void dmar_recipe_write(const struct dmar_recipe *r, uint8_t *out, struct dmar_id
  */
 int dmar_recipe_parse(const void *buf, size_t len, struct dmar_recipe *r, struct dmar_error *err);
 void dmar_recipe_free(struct dmar_recipe *r); /* frees r->e; NULL-safe */
+
+/* ---- short recipes ---- */
+
+#define DMAR_RECIPE_SHORT_MAGIC "DMRS"
+#define DMAR_RECIPE_SHORT_HDR_SIZE 80
+#define DMAR_RECIPE_SHORT_IDLEN_MIN 8
+/* What senders use: 2^64 prefixes, against chunk counts in the millions. */
+#define DMAR_RECIPE_SHORT_IDLEN 8
+
+/* An upper bound on the bytes of a short recipe with n entries. */
+size_t dmar_recipe_short_max_size(size_t n);
+/* Write r as a short recipe with idlen-byte prefixes (8..32), carrying
+ * id, the id of r's full recipe (dmar_recipe_write); out has
+ * dmar_recipe_short_max_size(r->n) bytes.  Returns the bytes written. */
+size_t dmar_recipe_short_write(const struct dmar_recipe *r, const struct dmar_id *id, unsigned idlen, uint8_t *out);
+/*
+ * Parse len bytes of untrusted input: r as dmar_recipe_parse gives it, but
+ * each chunk entry's id holds only the first *idlen bytes (the rest zero);
+ * *id the full recipe's id.  The checks of dmar_recipe_parse, plus tags,
+ * canonical ULEB128, skip > 0 exactly for tag 2, no bytes left over.
+ * Returns 0, -EBADMSG (err says what and which entry), or -ENOMEM.
+ */
+int dmar_recipe_short_parse(const void *buf, size_t len, struct dmar_recipe *r, struct dmar_id *id, unsigned *idlen,
+			    struct dmar_error *err);
 
 /* ---- chunk batches ---- */
 

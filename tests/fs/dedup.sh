@@ -202,5 +202,18 @@ u1=$(used_bytes "$m")
 [ "$(xattr "$m/r2" user.dmar.state)" = raw ] || fail "encode=none: state $(xattr "$m/r2" user.dmar.state)"
 [ "$(digest_uncached "$m/r1")" = "$(digest "$T/r")" ] && [ "$(digest_uncached "$m/r2")" = "$(digest "$T/r")" ] ||
 	fail "encode=none: SHA-256 differs"
+# copy_file_range within the mount copies raw bytes: whole, and a piece at
+# unaligned offsets into an existing file
+cp "$m/r1" "$m/r3" || fail "encode=none: cp within the mount"
+[ "$(digest_uncached "$m/r3")" = "$(digest "$T/r")" ] || fail "encode=none: copy_file_range copy differs"
+python3 - "$m/r1" "$m/r3" <<'PY' || fail "encode=none: copy_file_range of a piece"
+import os, sys
+src, dst = os.open(sys.argv[1], os.O_RDONLY), os.open(sys.argv[2], os.O_RDWR)
+n = os.copy_file_range(src, dst, 70000, 1234567, 4000000 + 7)
+assert n == 70000, n
+os.lseek(src, 1234567, 0)
+want = os.read(src, 70000)
+assert os.pread(dst, 70000, 4000007) == want, "piece differs"
+PY
 fs_umount "$m"
 finish

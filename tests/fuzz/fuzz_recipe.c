@@ -1,11 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * fuzz_recipe - dmar_recipe_parse on arbitrary bytes, and a round trip.
+ * fuzz_recipe - dmar_recipe_parse and dmar_recipe_short_parse on arbitrary
+ * bytes, and round trips.
  *
  * The input is parsed as it is, then again with its trailer recomputed
  * (a fuzzer cannot forge SHA-256, so without the second parse it would
  * never get past the checksum to the header and entry checks).  Whatever
- * parses must write back to exactly the same bytes, with the same id.
+ * parses must write back to exactly the same bytes, with the same id.  A
+ * short recipe has no checksum of its own, and its numbers have one
+ * encoding each: whatever parses writes back to the same bytes too.
  */
 #include "config.h"
 
@@ -60,9 +63,48 @@ static void check(const uint8_t *b, size_t len)
 	dmar_recipe_free(&r);
 }
 
+static void check_short(const uint8_t *b, size_t len)
+{
+	struct dmar_recipe r;
+	struct dmar_id id;
+	unsigned idlen = 0;
+	struct dmar_error err = { 0 };
+	int rc = dmar_recipe_short_parse(b, len, &r, &id, &idlen, &err);
+	if (rc == -ENOMEM)
+		return;
+	if (rc < 0) {
+		if (rc != -EBADMSG || err.code != rc || !err.msg[0])
+			die("short: refused without -EBADMSG and a message");
+		return;
+	}
+	if (idlen < DMAR_RECIPE_SHORT_IDLEN_MIN || idlen > DMAR_HASH_SIZE)
+		die("short: parsed a bad idlen");
+	uint64_t total = 0;
+	for (size_t i = 0; i < r.n; i++) {
+		if (r.e[i].len == 0 || r.e[i].kind > DMAR_RECIPE_HOLE)
+			die("short: parsed a bad entry");
+		for (size_t k = idlen; k < DMAR_HASH_SIZE; k++)
+			if (r.e[i].id.b[k])
+				die("short: id bytes beyond the prefix");
+		total += r.e[i].len;
+	}
+	if (total != r.size)
+		die("short: entries do not add up to the size");
+	if (dmar_recipe_short_max_size(r.n) < len)
+		die("short: longer than its bound");
+	uint8_t *out = malloc(dmar_recipe_short_max_size(r.n));
+	if (!out)
+		die("out of memory");
+	if (dmar_recipe_short_write(&r, &id, idlen, out) != len || memcmp(out, b, len) != 0)
+		die("short: write(parse(x)) != x");
+	free(out);
+	dmar_recipe_free(&r);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	check(data, size);
+	check_short(data, size);
 	if (size < DMAR_RECIPE_TRAILER_SIZE)
 		return 0;
 	uint8_t *b = malloc(size);

@@ -469,6 +469,59 @@ static void reseal(uint8_t *b, size_t len)
 	memcpy(b + len - DMAR_RECIPE_TRAILER_SIZE, sum.b, DMAR_HASH_SIZE);
 }
 
+static void put_short(const char *name, const uint8_t *b, size_t len)
+{
+	struct dmar_recipe r;
+	struct dmar_id id;
+	unsigned idlen;
+	struct dmar_error err = { 0 };
+	int rc = dmar_recipe_short_parse(b, len, &r, &id, &idlen, &err);
+	if ((rc == 0) == is_bad(name))
+		fz_die(name, rc ? err.msg : "a bad short recipe parses");
+	if (rc == 0)
+		dmar_recipe_free(&r);
+	put("recipe", name, b, len);
+}
+
+/* Short recipes (wire.h) of r's first entries, made into chunks, holes and
+ * partial chunks, and damaged copies. */
+static void gen_short(struct dmar_recipe *r, struct dmar_recipe_entry *e)
+{
+	static uint8_t b[DMAR_RECIPE_SHORT_HDR_SIZE + 300 * (1 + 32 + 8)], c[sizeof(b) + 1];
+	struct dmar_id id;
+	dmar_hash("recipe id", 9, &id);
+	r->n = 40;
+	r->size = 0;
+	for (size_t i = 0; i < r->n; i++) {
+		if (i % 7 == 3)
+			e[i] = (struct dmar_recipe_entry){ .len = 65536 * (i + 1), .kind = DMAR_RECIPE_HOLE };
+		else
+			e[i].skip = i % 5 == 0 ? (uint32_t)(100 * i) : 0;
+		r->size += e[i].len;
+	}
+	size_t len = dmar_recipe_short_write(r, &id, DMAR_RECIPE_SHORT_IDLEN, b);
+	put_short("short-mixed", b, len);
+	size_t len32 = dmar_recipe_short_write(r, &id, 32, c);
+	put_short("short-idlen32", c, len32);
+	struct {
+		const char *name;
+		size_t off;
+		uint8_t v;
+	} cases[] = {
+		{ "bad-short-magic", 0, 'x' },  { "bad-short-idlen", 6, 7 },  { "bad-short-flags", 7, 1 },
+		{ "bad-short-tag", 80, 3 },     { "bad-short-mode", 17, 0x10 },
+	};
+	for (size_t k = 0; k < sizeof(cases) / sizeof(*cases); k++) {
+		memcpy(c, b, len);
+		c[cases[k].off] = cases[k].v;
+		put_short(cases[k].name, c, len);
+	}
+	put_short("bad-short-truncated", b, len - 1);
+	memcpy(c, b, len);
+	c[len] = 0;
+	put_short("bad-short-trailing", c, len + 1);
+}
+
 static void gen_recipe(void)
 {
 	static struct dmar_recipe_entry e[300];
@@ -577,6 +630,7 @@ static void gen_recipe(void)
 	len = dmar_recipe_wire_size(r.n);
 	dmar_recipe_write(&r, b, NULL);
 	put_recipe("many", b, len);
+	gen_short(&r, e);
 }
 
 /* A batch seed: 3 option bytes (fuzz_batch.c), then the body. */

@@ -118,6 +118,32 @@ rmdir "$A/@b/d1" || fail "rmdir @b/d1"
 if cat "$A/@b/nonexistent" 2>"$T/err"; then fail "cat of a missing remote file succeeded"; fi
 grep -q 'No such file' "$T/err" || fail "missing remote file: '$(cat "$T/err")'"
 
+check "a remote directory's listing answers its lookups for the entry timeout; this host's changes show at once"
+mkdir "$A/@b/ld" || fail "mkdir @b/ld"
+i=0
+while [ $i -lt 20 ]; do echo "$i" >"$B/ld/f$i" || fail "write b's ld/f$i"; i=$((i + 1)); done
+sleep 1.2 # past RENTRY_TIMEOUT: nothing a knows of ld is fresh
+q0=$(net_node_info b server.requests)
+ls -l "$A/@b/ld" >"$T/ls" || fail "ls -l @b/ld"
+q1=$(net_node_info b server.requests)
+[ "$(grep -c ' f[0-9]*$' "$T/ls")" = 20 ] || fail "ls -l @b/ld shows $(grep -c ' f[0-9]*$' "$T/ls") of 20 files"
+grep -q ' 3 .* f12$' "$T/ls" || fail "ls -l @b/ld: f12 is not 3 bytes: $(grep f12 "$T/ls")"
+# ld's lookup and the opendir; its 20 lstats come from the listing
+req=$((q1 - q0 - 1))
+[ "$req" -le 3 ] || fail "ls -l of 20 remote files: b served $req requests (expected <= 3, not one a file)"
+say "  ls -l of 20 files in @b/ld: $req requests at b"
+rm "$A/@b/ld/f3" || fail "rm @b/ld/f3"
+[ ! -e "$A/@b/ld/f3" ] || fail "@b/ld/f3 still there just after this host removed it"
+cp "$S/r.bin" "$A/@b/ld/new.bin" || fail "cp into @b/ld/"
+[ "$(fsize "$A/@b/ld/new.bin")" = $((16 * MiB)) ] || fail "@b/ld/new.bin: $(fsize "$A/@b/ld/new.bin") bytes just after cp"
+mkdir "$A/@b/ld/sub" && [ -d "$A/@b/ld/sub" ] || fail "@b/ld/sub not seen just after mkdir"
+# A change made at b by someone else shows within the timeout.
+echo late >"$B/ld/late" || fail "write b's ld/late"
+sleep 1.2
+[ "$(cat "$A/@b/ld/late" 2>&1)" = late ] || fail "b's new ld/late not seen through @b/ 1.2 s later"
+rm -r "$A/@b/ld" || fail "rm -r @b/ld"
+[ ! -e "$B/ld" ] || fail "ld still at b after rm -r"
+
 check "a file written with many small writes (not cp) arrives whole at close"
 "$NET_PY" - "$A/@b/small.txt" <<'EOF' || fail "python writer failed"
 import sys

@@ -538,6 +538,78 @@ static void test_store_refcount(void **state)
 	dmar_arena_free(a);
 }
 
+/* Batches (more ids than one batch holds, so the lock is taken several
+ * times) and prefixes. */
+static void test_store_batches(void **state)
+{
+	enum { N = 700, CH = 512 };
+	struct dmar_arena *a = arena(4 * MiB, 4096, false);
+	static struct dmar_id ids[N + 1], pre[N + 2];
+	static struct dmar_chunk_info info[N + 1];
+	static uint8_t st[N + 2];
+	uint8_t buf[CH];
+	uint64_t used0 = dmar_arena_used(a);
+	for (int i = 0; i < N; i++) {
+		make_chunk(buf, sizeof(buf), 100 + (uint64_t)i, &ids[i]);
+		assert_int_equal(dmar_store_ref(a, &ids[i], DMAR_CHUNK_RAW, CH, buf, CH, NULL), 0);
+	}
+	make_chunk(buf, sizeof(buf), 99, &ids[N]); /* not stored */
+
+	/* ref_many: each held id gets a reference and its info; the absent
+	 * one gets refs 0 and no reference. */
+	dmar_store_ref_many(a, ids, N + 1, info);
+	for (int i = 0; i < N; i++) {
+		assert_int_equal(info[i].refs, 2);
+		assert_int_equal(info[i].len, CH);
+	}
+	assert_int_equal(info[N].refs, 0);
+	struct dmar_store_stats ss;
+	dmar_store_stats(a, &ss);
+	assert_int_equal(ss.refs, 2 * N);
+
+	/* Prefixes: 8 and 20 bytes complete; an absent one and an ambiguous
+	 * one (two held ids with the same first 8 bytes) do not. */
+	struct dmar_id twin = ids[5];
+	twin.b[10] ^= 1;
+	assert_int_equal(dmar_store_ref(a, &twin, DMAR_CHUNK_RAW, CH, buf, CH, NULL), 0);
+	for (int i = 0; i < N + 1; i++) {
+		memset(&pre[i], 0, sizeof(pre[i]));
+		memcpy(pre[i].b, ids[i].b, 8);
+	}
+	memset(&pre[N + 1], 0xee, sizeof(pre[N + 1]));
+	assert_int_equal(dmar_store_resolve_many(a, pre, N + 2, 8, st), 0);
+	for (int i = 0; i < N; i++) {
+		if (i == 5)
+			continue;
+		assert_int_equal(st[i], 0);
+		assert_memory_equal(pre[i].b, ids[i].b, 32);
+	}
+	assert_int_equal(st[5], 2);
+	assert_int_equal(st[N], 1);
+	assert_int_equal(st[N + 1], 1);
+	struct dmar_id p20 = { 0 };
+	memcpy(p20.b, ids[5].b, 20); /* 20 bytes tell ids[5] from its twin */
+	assert_int_equal(dmar_store_resolve(a, &p20, 20), 0);
+	assert_memory_equal(p20.b, ids[5].b, 32);
+	assert_int_equal(dmar_store_resolve(a, &p20, 7), -EINVAL);
+	assert_int_equal(dmar_store_resolve(a, &p20, 33), -EINVAL);
+	memcpy(p20.b, ids[5].b, 8);
+	assert_int_equal(dmar_store_resolve(a, &p20, 8), -ENOTUNIQ);
+
+	/* unref_many twice (the second drops the last references and frees
+	 * the space); the absent id is skipped. */
+	dmar_store_unref_many(a, ids, N + 1);
+	dmar_store_stats(a, &ss);
+	assert_int_equal(ss.refs, N + 1);
+	dmar_store_unref_many(a, ids, N + 1);
+	assert_int_equal(dmar_store_unref(a, &twin), 0);
+	dmar_store_stats(a, &ss);
+	assert_int_equal(ss.refs, 0);
+	assert_int_equal(ss.chunks, 0);
+	assert_int_equal(dmar_arena_used(a), used0);
+	dmar_arena_free(a);
+}
+
 static void test_store_full(void **state)
 {
 	struct dmar_arena *a = arena(MiB, 4096, false);
@@ -689,6 +761,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_alloc_threads),
 		cmocka_unit_test(test_store_refcount),
 		cmocka_unit_test(test_store_full),
+		cmocka_unit_test(test_store_batches),
 		cmocka_unit_test(test_store_many),
 		cmocka_unit_test(test_store_threads),
 	};

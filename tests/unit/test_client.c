@@ -100,6 +100,27 @@ static struct tchunk *table_find(const struct table *t, const struct dmar_id *id
 	}
 }
 
+/* The one entry whose id starts with id's first idlen bytes: 1 and *id
+ * completed, 0 if none, 2 if several (the real store's rule: every id with
+ * those first 8 bytes sits in the cluster after its home slot). */
+static int table_resolve(const struct table *t, struct dmar_id *id, unsigned idlen)
+{
+	struct tchunk *hit = NULL;
+	for (size_t i = slot_of(id);; i = (i + 1) & (TABLE_SLOTS - 1)) {
+		if (!t->slot[i])
+			break;
+		struct tchunk *c = &t->c[t->slot[i] - 1];
+		if (memcmp(c->id.b, id->b, idlen) != 0)
+			continue;
+		if (hit)
+			return 2;
+		hit = c;
+	}
+	if (hit)
+		*id = hit->id;
+	return hit != NULL;
+}
+
 /* Adds a copy of data (or data itself if borrow) unless id is there;
  * returns the entry. */
 static struct tchunk *table_put(struct table *t, const struct dmar_id *id, const uint8_t *data, uint32_t len,
@@ -176,6 +197,8 @@ struct fake {
 	size_t nfiles;
 	/* what arrived */
 	unsigned long n_query, n_upload, n_commit, n_fetch;
+	unsigned long n_short; /* commits that came as short recipes */
+	unsigned long n_415;   /* short recipes refused (no_short) */
 	unsigned long rx_chunks, rx_zstd, rx_bad;
 	unsigned long rx_zbatches; /* uploads with Content-Encoding: zstd */
 	uint64_t rx_zbytes;        /* their bodies' bytes as sent */
@@ -185,6 +208,7 @@ struct fake {
 	bool reject_one_once; /* answer 422 for the first chunk of the next upload */
 	unsigned drop_on_commit; /* on the next commit that finds every chunk, drop this many and answer 409 */
 	unsigned missing_cap;    /* the 409 list's cap (0: 4096) */
+	bool no_short;           /* answer 415 to a short recipe, like a node from before them */
 	bool enospc;
 	bool corrupt_fetch; /* flip a byte of one chunk in each fetch answer */
 	bool zstd_fetch;    /* send compressible chunks zstd-encoded in fetch answers */
@@ -322,14 +346,83 @@ static enum MHD_Result fake_upload_done(struct MHD_Connection *con, struct freq 
 					       (json_int_t)q->bytes));
 }
 
+/* Complete a short recipe from the store, as net/server.c does: NULL and
+ * *full (malloc'd, *flen bytes) the full recipe, or the 409 answer. */
+static json_t *fake_complete(struct dmar_recipe *r, const struct dmar_id *rid, unsigned idlen, uint8_t **full,
+			     size_t *flen)
+{
+	size_t nb = (r->n + 7) / 8, nmiss = 0;
+	uint8_t *bits = calloc(nb + 1, 1);
+	bool ambiguous = false;
+	for (size_t i = 0; i < r->n; i++) {
+		if (r->e[i].kind != DMAR_RECIPE_CHUNK)
+			continue;
+		int k = table_resolve(&F->store, &r->e[i].id, idlen);
+		if (k == 0) {
+			bits[i / 8] |= (uint8_t)(1u << (i % 8));
+			nmiss++;
+		}
+		ambiguous |= k == 2;
+	}
+	json_t *ans = NULL;
+	*full = NULL;
+	if (!ambiguous && nmiss) {
+		char *hex = malloc(2 * nb + 1);
+		dmar_hex(bits, nb, hex);
+		ans = json_pack("{s:s, s:s, s:I, s:s}", "error", "chunks missing", "errno", "ENODATA", "missing_count",
+				(json_int_t)nmiss, "missing_bits", hex);
+		free(hex);
+	} else if (!ambiguous) {
+		struct dmar_id got;
+		*flen = dmar_recipe_wire_size(r->n);
+		*full = malloc(*flen);
+		dmar_recipe_write(r, *full, &got);
+		ambiguous = memcmp(got.b, rid->b, 32) != 0;
+	}
+	if (ambiguous) {
+		free(*full);
+		*full = NULL;
+		ans = json_pack("{s:s, s:s, s:i, s:s}", "error", "resend the full recipe", "errno", "ENODATA",
+				"missing_count", 0, "resend", "full");
+	}
+	free(bits);
+	return ans;
+}
+
 static enum MHD_Result fake_commit(struct MHD_Connection *con, const char *path, struct freq *q)
 {
+	const char *ct = MHD_lookup_connection_value(con, MHD_HEADER_KIND, "Content-Type");
+	bool is_short = ct && strcmp(ct, "application/x-dmar-recipe-short") == 0;
 	struct dmar_recipe r;
-	if (dmar_recipe_parse(q->body, q->len, &r, NULL) < 0)
+	struct dmar_id rid;
+	unsigned idlen;
+	if (is_short && F->no_short) {
+		pthread_mutex_lock(&F->lock);
+		F->n_415++;
+		pthread_mutex_unlock(&F->lock);
+		return answer_err(con, 415, "ENOTSUP", "Content-Type must be application/x-dmar-recipe");
+	}
+	if (is_short ? dmar_recipe_short_parse(q->body, q->len, &r, &rid, &idlen, NULL) < 0
+		     : dmar_recipe_parse(q->body, q->len, &r, NULL) < 0)
 		return answer_err(con, 400, "EBADMSG", "bad recipe");
 	const char *inm = MHD_lookup_connection_value(con, MHD_HEADER_KIND, "If-None-Match");
 	pthread_mutex_lock(&F->lock);
 	F->n_commit++;
+	uint8_t *full = NULL;
+	size_t flen = 0;
+	if (is_short) {
+		F->n_short++;
+		json_t *ans = fake_complete(&r, &rid, idlen, &full, &flen);
+		if (ans) {
+			pthread_mutex_unlock(&F->lock);
+			dmar_recipe_free(&r);
+			return answer_json(con, 409, ans);
+		}
+	} else {
+		flen = q->len;
+		full = malloc(flen);
+		memcpy(full, q->body, flen);
+	}
 	/* Drop only from a commit that would succeed: the client commits
 	 * first, and the fault to test is chunks lost after the upload. */
 	bool all = true;
@@ -361,7 +454,22 @@ static enum MHD_Result fake_commit(struct MHD_Connection *con, const char *path,
 	table_free(&seen, true);
 	enum MHD_Result ret;
 	struct ffile *f = file_find(path);
-	if (m) {
+	if (m && is_short) {
+		/* chunks dropped under a short commit: bits, as the real node */
+		json_decref(missing);
+		size_t nb = (r.n + 7) / 8;
+		uint8_t *bits = calloc(nb + 1, 1);
+		char *hex = malloc(2 * nb + 1);
+		for (size_t i = 0; i < r.n; i++)
+			if (r.e[i].kind == DMAR_RECIPE_CHUNK && !table_find(&F->store, &r.e[i].id))
+				bits[i / 8] |= (uint8_t)(1u << (i % 8));
+		dmar_hex(bits, nb, hex);
+		ret = answer_json(con, 409,
+				  json_pack("{s:s, s:s, s:I, s:s}", "error", "chunks missing", "errno", "ENODATA",
+					    "missing_count", (json_int_t)m, "missing_bits", hex));
+		free(bits);
+		free(hex);
+	} else if (m) {
 		ret = answer_json(con, 409,
 				  json_pack("{s:s, s:s, s:I, s:o}", "error", "chunks missing", "errno", "ENODATA",
 					    "missing_count", (json_int_t)m, "missing", missing));
@@ -377,12 +485,13 @@ static enum MHD_Result fake_commit(struct MHD_Connection *con, const char *path,
 		f->dir = false;
 		f->mode = r.mode;
 		f->size = r.size;
-		f->recipe = malloc(q->len);
-		memcpy(f->recipe, q->body, q->len);
-		f->len = q->len;
+		f->recipe = full;
+		f->len = flen;
+		full = NULL;
 		ret = answer_json(con, 201, file_stat(f));
 	}
 	pthread_mutex_unlock(&F->lock);
+	free(full);
 	dmar_recipe_free(&r);
 	return ret;
 }
@@ -938,6 +1047,7 @@ static void test_push_nothing_missing(void **state)
 	assert_int_equal(st.sent_chunks, 0);
 	assert_int_equal(st.chunk_bytes, 0);
 	assert_int_equal(st.round_trips, 1); /* the commit alone */
+	assert_int_equal(F->n_short, 1);   /* as a short recipe */
 	assert_int_equal(F->n_query, 0);
 	assert_int_equal(F->n_upload, 0);
 	assert_int_equal(F->rx_chunks, 0);
@@ -989,13 +1099,53 @@ static void test_push_commit_409_truncated(void **state)
 	tfile_make(&f, 20, 0, 6);
 	F->drop_on_commit = 5;
 	F->missing_cap = 2; /* lists 2 of 5: the client must ask again */
+	/* A node from before short recipes: it answers 415, and then full
+	 * recipes get id lists. */
+	F->no_short = true;
 	struct dmar_client *c = client_for(F->port, NULL, 4);
 	struct dmar_xfer_stats st;
 	push_ok(c, &f, "f", &st);
+	assert_int_equal(F->n_415, 1);
+	assert_int_equal(F->n_short, 0);
 	assert_int_equal(F->n_commit, 3);
 	assert_int_equal(F->n_query, 2); /* both 409s listed only 2 */
 	assert_int_equal(F->rx_chunks, 25);
 	assert_fake_has(&f);
+	/* The client remembers: the next push sends no short recipe. */
+	push_ok(c, &f, "g", &st);
+	assert_int_equal(F->n_415, 1);
+	assert_int_equal(F->n_commit, 4);
+	dmar_client_free(c);
+	tfile_free(&f);
+}
+
+/* A held chunk shares the first 8 id bytes of one of the file's: the short
+ * commit is answered "resend": "full", and the full recipe commits; the
+ * file is the one sent, not the twin. */
+static void test_push_short_ambiguous(void **state)
+{
+	struct tfile f;
+	tfile_make(&f, 20, 0, 8);
+	fake_preload(&f, 1);
+	struct dmar_id twin = f.chunks.c[4].id;
+	twin.b[31] ^= 0x40;
+	pthread_mutex_lock(&F->lock);
+	table_add(&F->store, &twin, (const uint8_t *)"twin", 4);
+	pthread_mutex_unlock(&F->lock);
+	struct dmar_client *c = client_for(F->port, NULL, 4);
+	struct dmar_xfer_stats st;
+	push_ok(c, &f, "amb", &st);
+	assert_int_equal(F->n_short, 1);
+	assert_int_equal(F->n_commit, 2); /* short (ambiguous), full */
+	assert_int_equal(st.round_trips, 2);
+	assert_int_equal(st.sent_chunks, 0);
+	struct ffile *ff = file_find("amb");
+	assert_non_null(ff);
+	struct dmar_recipe back;
+	assert_int_equal(dmar_recipe_parse(ff->recipe, ff->len, &back, NULL), 0);
+	assert_int_equal(back.n, f.r.n);
+	assert_memory_equal(back.e, f.r.e, f.r.n * sizeof(*f.r.e));
+	dmar_recipe_free(&back);
 	dmar_client_free(c);
 	tfile_free(&f);
 }
@@ -1312,6 +1462,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_push_reject_once, fake_start, fake_stop),
 		cmocka_unit_test_setup_teardown(test_push_commit_409, fake_start, fake_stop),
 		cmocka_unit_test_setup_teardown(test_push_commit_409_truncated, fake_start, fake_stop),
+		cmocka_unit_test_setup_teardown(test_push_short_ambiguous, fake_start, fake_stop),
 		cmocka_unit_test_setup_teardown(test_push_enospc, fake_start, fake_stop),
 		cmocka_unit_test_setup_teardown(test_push_noreplace, fake_start, fake_stop),
 		cmocka_unit_test_setup_teardown(test_token, fake_start, fake_stop),

@@ -185,6 +185,27 @@ static int fake_have(void *ctx, const struct dmar_id *ids, size_t n, uint8_t *mi
 	return 0;
 }
 
+static int fake_resolve(void *ctx, struct dmar_id *ids, size_t n, unsigned idlen, uint8_t *state,
+			struct dmar_error *err)
+{
+	pthread_mutex_lock(&F.lock);
+	F.calls++;
+	for (size_t i = 0; i < n; i++) {
+		unsigned hits = 0;
+		struct dmar_id full;
+		for (unsigned k = 0; k < F.nchunks; k++)
+			if (memcmp(F.chunks[k].id.b, ids[i].b, idlen) == 0) {
+				full = F.chunks[k].id;
+				hits++;
+			}
+		state[i] = hits == 1 ? 0 : hits ? 2 : 1;
+		if (hits == 1)
+			ids[i] = full;
+	}
+	pthread_mutex_unlock(&F.lock);
+	return 0;
+}
+
 static int fake_put_chunk(void *ctx, const struct dmar_wire_chunk *c, const uint8_t *decoded, struct dmar_error *err)
 {
 	pthread_mutex_lock(&F.lock);
@@ -290,6 +311,7 @@ static const struct dmar_node_ops fake_ops = {
 	.remove = fake_remove,
 	.mkdir = fake_mkdir,
 	.have = fake_have,
+	.resolve = fake_resolve,
 	.put_chunk = fake_put_chunk,
 	.commit = fake_commit,
 	.recipe = fake_recipe,
@@ -1112,6 +1134,98 @@ static void test_commit(void **state)
 		free_chunk(&c[i]);
 }
 
+/* A short recipe of c[0..n) and a 4096-byte hole (make_recipe's file):
+ * *len its bytes; the id it carries is the full recipe's, or *bad_id. */
+static uint8_t *make_short(struct tchunk *c, int n, const struct dmar_id *bad_id, size_t *len)
+{
+	struct dmar_recipe rc = { .mode = 0640, .mtime_sec = 1700000000, .n = (size_t)n + 1 };
+	rc.e = calloc(rc.n, sizeof(*rc.e));
+	for (int i = 0; i < n; i++) {
+		rc.e[i] = (struct dmar_recipe_entry){ .id = c[i].id, .len = c[i].len, .kind = DMAR_RECIPE_CHUNK };
+		rc.size += c[i].len;
+	}
+	rc.e[n] = (struct dmar_recipe_entry){ .len = 4096, .kind = DMAR_RECIPE_HOLE };
+	rc.size += 4096;
+	uint8_t *full = malloc(dmar_recipe_wire_size(rc.n)), *b = malloc(dmar_recipe_short_max_size(rc.n));
+	struct dmar_id id;
+	dmar_recipe_write(&rc, full, &id);
+	*len = dmar_recipe_short_write(&rc, bad_id ? bad_id : &id, DMAR_RECIPE_SHORT_IDLEN, b);
+	free(full);
+	free(rc.e);
+	return b;
+}
+
+#define SHORT_OPTS (&(struct req_opts){ .ctype = "application/x-dmar-recipe-short" })
+
+static void test_commit_short(void **state)
+{
+	struct tchunk c[3];
+	make_chunk(&c[0], 3000, 60, false, false);
+	make_chunk(&c[1], 3000, 61, false, false);
+	make_chunk(&c[2], 3000, 62, false, false);
+	add_chunk(&c[0].id, c[0].enc, c[0].len, c[0].payload, c[0].stored);
+	size_t len, flen;
+	uint8_t *sb = make_short(c, 2, NULL, &len), *rb = make_recipe(c, 2, &flen);
+	assert_true(len < flen / 2);
+	struct resp r;
+
+	/* Entry 1 missing: 409 with bits "02" (entries c0, c1, hole), never a
+	 * list of prefixes; nothing created. */
+	http_full(&r, "PUT", "/v1/files/s.bin", sb, len, SHORT_OPTS);
+	assert_error(&r, 409, "ENODATA");
+	assert_int_equal(json_integer_value(json_object_get(r.json, "missing_count")), 1);
+	assert_string_equal(json_string_value(json_object_get(r.json, "missing_bits")), "02");
+	assert_null(json_object_get(r.json, "missing"));
+	resp_free(&r);
+	assert_null(find_file("s.bin"));
+
+	/* Completed: the file's recipe is the full one, byte for byte. */
+	add_chunk(&c[1].id, c[1].enc, c[1].len, c[1].payload, c[1].stored);
+	http_full(&r, "PUT", "/v1/files/s.bin", sb, len, SHORT_OPTS);
+	assert_int_equal(r.status, 201);
+	assert_int_equal(json_integer_value(json_object_get(r.json, "size")), 6000 + 4096);
+	resp_free(&r);
+	http(&r, "GET", "/v1/recipes/s.bin", NULL, 0);
+	assert_int_equal(r.status, 200);
+	assert_int_equal(r.body.len, flen);
+	assert_memory_equal(r.body.p, rb, flen);
+	resp_free(&r);
+
+	/* A recipe id the completed recipe does not have: resend in full. */
+	struct dmar_id wrong = c[2].id;
+	uint8_t *bad = make_short(c, 2, &wrong, &len);
+	http_full(&r, "PUT", "/v1/files/w.bin", bad, len, SHORT_OPTS);
+	assert_error(&r, 409, "ENODATA");
+	assert_string_equal(json_string_value(json_object_get(r.json, "resend")), "full");
+	assert_non_null(strstr(json_string_value(json_object_get(r.json, "error")), "completes to recipe"));
+	resp_free(&r);
+	assert_null(find_file("w.bin"));
+	free(bad);
+
+	/* Two held chunks share the prefix of entry 0: ambiguous, never a
+	 * guess. */
+	struct dmar_id twin = c[0].id;
+	twin.b[31] ^= 1;
+	add_chunk(&twin, c[2].enc, c[2].len, c[2].payload, c[2].stored);
+	http_full(&r, "PUT", "/v1/files/t.bin", sb, len, SHORT_OPTS);
+	assert_error(&r, 409, "ENODATA");
+	assert_string_equal(json_string_value(json_object_get(r.json, "resend")), "full");
+	assert_non_null(strstr(json_string_value(json_object_get(r.json, "error")), "more than one chunk"));
+	resp_free(&r);
+	assert_null(find_file("t.bin"));
+
+	/* Malformed: a bad tag, trailing bytes. */
+	sb[DMAR_RECIPE_SHORT_HDR_SIZE] = 7;
+	http_full(&r, "PUT", "/v1/files/t.bin", sb, len, SHORT_OPTS);
+	assert_error(&r, 400, "EBADMSG");
+	assert_non_null(strstr(json_string_value(json_object_get(r.json, "error")), "entry 0: unknown tag"));
+	resp_free(&r);
+	free(sb);
+	free(rb);
+	for (int i = 0; i < 3; i++)
+		free_chunk(&c[i]);
+}
+
 static void test_transfer(void **state)
 {
 	struct resp r;
@@ -1637,6 +1751,7 @@ int main(void)
 		cmocka_unit_test_setup(test_get_chunk, each_setup),
 		cmocka_unit_test_setup(test_fetch, each_setup),
 		cmocka_unit_test_setup(test_commit, each_setup),
+		cmocka_unit_test_setup(test_commit_short, each_setup),
 		cmocka_unit_test_setup(test_transfer, each_setup),
 		cmocka_unit_test_setup(test_bad_paths, each_setup),
 		cmocka_unit_test_setup(test_routes, each_setup),

@@ -275,6 +275,153 @@ static void test_recipe_lengths(void **state)
 	free(good);
 }
 
+/* ---- short recipes ------------------------------------------------------- */
+
+static void test_short_roundtrip(void **state)
+{
+	struct dmar_recipe r, got;
+	struct dmar_recipe_entry e[5];
+	struct dmar_error err = { 0 };
+	struct dmar_id id, rid;
+	size_t flen;
+	unsigned idlen = 0;
+
+	sample_recipe(&r, e);
+	uint8_t *full = write_recipe(&r, &flen, &id);
+	uint8_t *b = malloc(dmar_recipe_short_max_size(r.n));
+	assert_non_null(b);
+	size_t len = dmar_recipe_short_write(&r, &id, DMAR_RECIPE_SHORT_IDLEN, b);
+	/* header, then tag+8+2 (10000), tag+2 (5000), tag+8+2 (300)+2 (700),
+	 * tag+3 (1 MiB), tag+8+4 (4 MiB) */
+	assert_int_equal(len, 80 + 11 + 3 + 13 + 4 + 13);
+	assert_true(len <= dmar_recipe_short_max_size(r.n));
+	assert_memory_equal(b, "DMRS", 4);
+	assert_int_equal(b[6], 8);
+	assert_memory_equal(b + 48, id.b, 32);
+
+	assert_int_equal(dmar_recipe_short_parse(b, len, &got, &rid, &idlen, &err), 0);
+	assert_int_equal(idlen, 8);
+	assert_memory_equal(rid.b, id.b, 32);
+	assert_int_equal(got.size, r.size);
+	assert_int_equal(got.mode, r.mode);
+	assert_int_equal(got.mtime_sec, r.mtime_sec);
+	assert_int_equal(got.mtime_nsec, r.mtime_nsec);
+	assert_int_equal(got.n, 5);
+	static const uint8_t zero[32];
+	for (size_t i = 0; i < 5; i++) {
+		assert_int_equal(got.e[i].len, e[i].len);
+		assert_int_equal(got.e[i].skip, e[i].skip);
+		assert_int_equal(got.e[i].kind, e[i].kind);
+		/* only the prefix travels; the rest is zero until completed */
+		assert_memory_equal(got.e[i].id.b, e[i].id.b, 8);
+		assert_memory_equal(got.e[i].id.b + 8, zero, 24);
+	}
+	/* Completed with the full ids, it is the recipe id names. */
+	for (size_t i = 0; i < 5; i++)
+		got.e[i].id = e[i].id;
+	uint8_t *again = malloc(flen);
+	struct dmar_id again_id;
+	dmar_recipe_write(&got, again, &again_id);
+	assert_memory_equal(again, full, flen);
+	assert_memory_equal(again_id.b, id.b, 32);
+	free(again);
+	dmar_recipe_free(&got);
+
+	/* Whole ids (idlen 32) are allowed too. */
+	len = dmar_recipe_short_write(&r, &id, 32, b);
+	assert_int_equal(dmar_recipe_short_parse(b, len, &got, &rid, &idlen, &err), 0);
+	assert_int_equal(idlen, 32);
+	for (size_t i = 0; i < 5; i++)
+		if (e[i].kind == DMAR_RECIPE_CHUNK)
+			assert_memory_equal(got.e[i].id.b, e[i].id.b, 32);
+	dmar_recipe_free(&got);
+	free(b);
+	free(full);
+}
+
+/* Parse must refuse b (len bytes) with a message containing what. */
+static void short_refused(const uint8_t *b, size_t len, const char *what)
+{
+	struct dmar_recipe got;
+	struct dmar_id rid;
+	unsigned idlen;
+	struct dmar_error err = { 0 };
+	assert_int_equal(dmar_recipe_short_parse(b, len, &got, &rid, &idlen, &err), -EBADMSG);
+	assert_msg_contains(&err, what);
+}
+
+static void test_short_rejects(void **state)
+{
+	struct dmar_recipe r;
+	struct dmar_recipe_entry e[5];
+	struct dmar_id id;
+	size_t flen;
+
+	sample_recipe(&r, e);
+	uint8_t *full = write_recipe(&r, &flen, &id);
+	uint8_t *b = malloc(dmar_recipe_short_max_size(r.n) + 1), *t = malloc(dmar_recipe_short_max_size(r.n) + 1);
+	size_t len = dmar_recipe_short_write(&r, &id, DMAR_RECIPE_SHORT_IDLEN, b);
+
+	/* Every strict prefix is refused, never read beyond. */
+	for (size_t n = 0; n < len; n++) {
+		uint8_t *cut = malloc(n ? n : 1);
+		memcpy(cut, b, n);
+		struct dmar_recipe got;
+		struct dmar_id rid;
+		unsigned idlen;
+		struct dmar_error err = { 0 };
+		assert_int_equal(dmar_recipe_short_parse(cut, n, &got, &rid, &idlen, &err), -EBADMSG);
+		free(cut);
+	}
+#define MUTATE(off, val, what)                                      \
+	do {                                                        \
+		memcpy(t, b, len);                                  \
+		t[off] = (uint8_t)(val);                            \
+		short_refused(t, len, what);                        \
+	} while (0)
+	MUTATE(0, 'X', "bad magic");
+	MUTATE(4, 2, "unsupported version");
+	MUTATE(6, 7, "id prefix of 7 bytes");
+	MUTATE(6, 33, "id prefix of 33 bytes");
+	MUTATE(7, 1, "reserved");
+	MUTATE(20, 1, "reserved");
+	MUTATE(17, 0x10, "mode"); /* 010000 << 8: beyond 07777 */
+	MUTATE(80, 3, "entry 0: unknown tag");
+	/* entry 1 is the hole at 80 + 11: tag 1, then 5000 = 0x88 0x27 */
+	memcpy(t, b, 80 + 11 + 1); /* the hole's 5000 as 0: a length 0 */
+	t[80 + 11 + 1] = 0;
+	memcpy(t + 80 + 11 + 2, b + 80 + 11 + 3, len - (80 + 11 + 3));
+	short_refused(t, len - 1, "entry 1: length 0");
+	/* a non-canonical number: 5000 written with a trailing zero group */
+	memcpy(t, b, 80 + 11 + 1);
+	t[80 + 11 + 1] = 0x88;
+	t[80 + 11 + 2] = 0xa7;
+	t[80 + 11 + 3] = 0x00;
+	memcpy(t + 80 + 11 + 4, b + 80 + 11 + 3, len - (80 + 11 + 3));
+	short_refused(t, len + 1, "entry 1: truncated or non-canonical number");
+	/* tag 2 with skip 0 */
+	memcpy(t, b, len);
+	t[80 + 14 + 1 + 8 + 2] = 0; /* entry 2's skip (700 = 0xbc 0x05): first byte */
+	t[80 + 14 + 1 + 8 + 3] = 0;
+	short_refused(t, len, "entry 2");
+	/* trailing bytes */
+	memcpy(t, b, len);
+	t[len] = 0;
+	short_refused(t, len + 1, "1 bytes after the last entry");
+	/* a count the bytes cannot hold */
+	memcpy(t, b, len);
+	dmar_put_le32(t + 36, 1000);
+	short_refused(t, len, "cannot hold 1000 entries");
+	/* the size does not add up */
+	memcpy(t, b, len);
+	dmar_put_le64(t + 8, r.size + 1);
+	short_refused(t, len, "entries cover");
+#undef MUTATE
+	free(t);
+	free(b);
+	free(full);
+}
+
 /* ---- chunk batches ------------------------------------------------------- */
 
 struct rec {
@@ -1113,6 +1260,8 @@ int main(void)
 		cmocka_unit_test(test_recipe_write_normalizes),
 		cmocka_unit_test(test_recipe_rejects),
 		cmocka_unit_test(test_recipe_lengths),
+		cmocka_unit_test(test_short_roundtrip),
+		cmocka_unit_test(test_short_rejects),
 		cmocka_unit_test(test_batch_whole),
 		cmocka_unit_test(test_batch_bytewise),
 		cmocka_unit_test(test_batch_every_split),
