@@ -4,9 +4,10 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
-#include <unistd.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define ZSTD_STATIC_LINKING_ONLY
 #include <zstd.h>
@@ -904,6 +905,14 @@ fail_early:
 void dmar_file_stats(const struct dmar_file *f, struct dmar_fsctx *c, struct dmar_file_stats *st)
 {
 	(void)c;
+	/* The cache is not part of the file's value: const does not cover it. */
+	struct dmar_file *w = (struct dmar_file *)f;
+	uint64_t *v[6] = { &st->logical, &st->raw, &st->chunked, &st->holes, &st->chunks, &st->stored };
+	if (atomic_load_explicit(&w->stats_gen, memory_order_acquire) == f->gen + 1) {
+		for (int k = 0; k < 6; k++)
+			*v[k] = atomic_load_explicit(&w->stats[k], memory_order_relaxed);
+		return;
+	}
 	memset(st, 0, sizeof(*st));
 	st->logical = f->size;
 	for (size_t i = 0; i < f->n; i++) {
@@ -919,6 +928,9 @@ void dmar_file_stats(const struct dmar_file *f, struct dmar_fsctx *c, struct dma
 			st->stored += e->stored;
 		}
 	}
+	for (int k = 0; k < 6; k++)
+		atomic_store_explicit(&w->stats[k], *v[k], memory_order_relaxed);
+	atomic_store_explicit(&w->stats_gen, f->gen + 1, memory_order_release);
 }
 
 /* --- recipes and the wire ---------------------------------------------- */

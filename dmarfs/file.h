@@ -54,6 +54,13 @@ struct dmar_file {
 	size_t n, cap;
 	bool dirty;              /* has RAW extents not yet encoded */
 	uint64_t gen;            /* bumped by every change of the extents */
+	/* dmar_file_stats of generation stats_gen - 1 (0: none): a stat of a
+	 * 1 GiB file is not a walk over its 32768 extents each time.  Written
+	 * by readers under the inode's shared lock, so atomic; all of them
+	 * compute the same figures for one gen, which changes only under the
+	 * exclusive lock. */
+	_Atomic uint64_t stats_gen;
+	_Atomic uint64_t stats[6];
 };
 
 void dmar_file_init(struct dmar_file *f);
