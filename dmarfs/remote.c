@@ -358,7 +358,8 @@ static void names_set(struct rinode *d, json_t *entries, double at, unsigned lon
 			l->n++;
 		}
 	}
-	qsort(l->e, l->n, sizeof(*l->e), name_cmp);
+	if (l->n > 1)
+		qsort(l->e, l->n, sizeof(*l->e), name_cmp);
 	l->entries = json_incref(entries);
 	l->at = at;
 	l->gen = gen;
@@ -374,7 +375,7 @@ static int names_find(struct rinode *d, const char *name, json_t **o, double *at
 	if (!l || mono() - l->at >= RENTRY_TIMEOUT || atomic_load(d->names_gen) != l->gen)
 		return -1;
 	const char *key = name;
-	__typeof__(l->e) hit = bsearch(&key, l->e, l->n, sizeof(*l->e), name_cmp);
+	__typeof__(l->e) hit = l->n ? bsearch(&key, l->e, l->n, sizeof(*l->e), name_cmp) : NULL;
 	if (!hit)
 		return 0;
 	*o = json_incref(hit->o);
