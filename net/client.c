@@ -1034,6 +1034,12 @@ static bool wire_probe(ZSTD_CCtx *zc, uint8_t *dst, size_t cap, const uint8_t *s
 		return false; /* the frame and record overhead eat what it could save */
 	if (len >= 4 * N * S) {
 		uint8_t sample[N * S];
+		/* The source is cold (an arena chunk last touched when it was
+		 * written): ask for every line of the samples first, so the
+		 * misses overlap instead of coming one spot after another. */
+		for (size_t k = 0; k < N; k++)
+			for (size_t o = 0; o < S; o += 64)
+				__builtin_prefetch(src + (len - S) * k / (N - 1) + o);
 		for (size_t k = 0; k < N; k++)
 			memcpy(sample + k * S, src + (len - S) * k / (N - 1), S);
 		size_t c = ZSTD_compress2(zc, dst, cap, sample, sizeof(sample));
