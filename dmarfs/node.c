@@ -38,7 +38,11 @@ struct stage {
 	struct stage *next;
 };
 
-#define STAGE_BUCKETS 4096
+/* A 1 GiB upload stages 32 768 chunks of the default 32 KiB average: at
+ * 4096 buckets their chains grew to 8 links, each a cache miss, and
+ * walking them in stage_add was 2.7 % of the receiver's CPU.  512 KiB of
+ * heads keeps chains of a few GiB staged short. */
+#define STAGE_BUCKETS 65536
 
 struct dmarfs_node {
 	struct dmarfs *fs;

@@ -33,7 +33,7 @@ struct dmar_client_opts {
 	const char *url;    /* "http://10.9.0.2:7420" or "https://..." (no trailing /v1) */
 	const char *token;  /* the shared secret, or NULL */
 	const char *tls_ca; /* PEM file of the CA that signed the peer's cert, or NULL (system CAs) */
-	unsigned streams;   /* parallel streams for push/pull; 0: 4 */
+	unsigned streams;   /* parallel streams for push/pull; 0: one per CPU, 2 to 4 */
 	long connect_timeout_ms; /* 0: 3000 */
 	long timeout_ms;    /* whole request; 0: none (transfers can be long), but
 			     * a stalled connection (no byte for 30 s) fails with -ETIMEDOUT */

@@ -66,7 +66,7 @@
 #define CONNECTIONS_DEFAULT 1024
 #define CONNECTIONS_PER_IP 256
 #define JSON_BODY_MAX (1u << 20)
-#define CONN_MEMORY (512u << 10)    /* MHD's per-connection buffer: bigger pieces of upload */
+#define CONN_MEMORY (2u << 20)      /* MHD's per-connection buffer: bigger pieces of upload */
 #define IDLE_TIMEOUT_S 60
 #define WS_CLIENTS_MAX 64
 #define WS_BACKLOG_MAX (1u << 20)   /* a slower client is dropped */
@@ -82,6 +82,10 @@
 #define BATCH_ZOUT (256u << 10)
 #define BATCH_ZSTD_RATIO 4
 #define BATCH_ZSTD_WLOG 23
+/* Raw chunks of a batch verified together: a feed's worth (MHD hands the
+ * body over in pieces of half CONN_MEMORY, a few chunks of the default
+ * 32 KiB average), bounded so the group's array stays small. */
+#define VERIFY_GROUP 64
 
 /* ---- the server and its websocket clients ------------------------------------ */
 
@@ -181,6 +185,9 @@ struct req {
 	bool zdone;         /* the zstd frame ended */
 	uint64_t decoded;   /* its bytes decoded so far */
 	uint64_t received, bytes;
+	struct dmar_wire_chunk *group; /* VERIFY_GROUP raw chunks waiting to be verified together */
+	bool *group_ok;
+	size_t ngroup;
 	json_t *bad;         /* ids that did not verify */
 	uint64_t bad_count;
 	char bad_msg[320];   /* the first one's message */
@@ -773,20 +780,14 @@ static int conn_zstd(struct conn *cn)
 	return 0;
 }
 
-/* The batch parser's callback: verify, then store or list as bad. */
-static int on_chunk(void *ctx, const struct dmar_wire_chunk *c)
+/* A chunk's verdict (v: 0 or dmar_wire_chunk_verify's error, verr its
+ * message): store its decoded bytes, or list it as bad. */
+static int chunk_verdict(struct req *q, const struct dmar_wire_chunk *c, int v, const struct dmar_error *verr,
+			 const uint8_t *decoded)
 {
-	struct req *q = ctx;
-	if (c->enc == DMAR_WIRE_ZSTD) {
-		int r = conn_zstd(q->conn);
-		if (r < 0)
-			return r;
-	}
-	const uint8_t *decoded;
-	struct dmar_error verr = { 0 };
-	if (dmar_wire_chunk_verify(c, q->conn->dctx, q->conn->scratch, &decoded, &verr) < 0) {
+	if (v < 0) {
 		if (!q->bad_count++)
-			snprintf(q->bad_msg, sizeof(q->bad_msg), "%s", verr.msg);
+			snprintf(q->bad_msg, sizeof(q->bad_msg), "%s", verr->msg);
 		if (json_array_size(q->bad) < DMAR_SERVER_MISSING_LIST)
 			json_array_append_new(q->bad, hex_id(&c->id));
 		return 0;
@@ -797,6 +798,57 @@ static int on_chunk(void *ctx, const struct dmar_wire_chunk *c)
 	q->received++;
 	q->bytes += c->len;
 	return 0;
+}
+
+/* Verify the raw chunks held since the last flush together (SHA-NI hashes
+ * two side by side: hashing is most of what receiving costs), then store
+ * each or list it as bad.  Runs before their payloads go: after each feed
+ * of the parser, or when the group is full. */
+static int group_flush(struct req *q)
+{
+	size_t n = q->ngroup;
+	q->ngroup = 0;
+	if (!n)
+		return 0;
+	struct dmar_error verr = { 0 };
+	dmar_wire_chunks_verify(q->group, n, q->group_ok, &verr);
+	for (size_t i = 0; i < n; i++) {
+		int r = chunk_verdict(q, &q->group[i], q->group_ok[i] ? 0 : -EILSEQ, &verr, q->group[i].payload);
+		if (r < 0)
+			return r;
+	}
+	return 0;
+}
+
+/* The batch parser's callback.  A raw chunk joins the group verified
+ * after this feed (its payload stays valid until the parser's next call);
+ * a zstd one is decoded into the connection's scratch, which the next one
+ * reuses, so it is verified and stored at once. */
+static int on_chunk(void *ctx, const struct dmar_wire_chunk *c)
+{
+	struct req *q = ctx;
+	if (c->enc == DMAR_WIRE_RAW) {
+		q->group[q->ngroup++] = *c;
+		return q->ngroup == VERIFY_GROUP ? group_flush(q) : 0;
+	}
+	int r = conn_zstd(q->conn);
+	if (r < 0)
+		return r;
+	const uint8_t *decoded = NULL;
+	struct dmar_error verr = { 0 };
+	int v = dmar_wire_chunk_verify(c, q->conn->dctx, q->conn->scratch, &decoded, &verr);
+	return chunk_verdict(q, c, v, &verr, decoded);
+}
+
+/* One piece of the decoded batch into the parser, then the group it left
+ * verified and stored (also when the parser stopped at a malformed record:
+ * the records before it count, as they did when each was stored in its
+ * callback). */
+static int batch_feed(struct req *q, const void *data, size_t len)
+{
+	int r = dmar_batch_parser_feed(q->bp, data, len, &q->err);
+	int f = group_flush(q);
+	return r < 0 ? r : f;
 }
 
 /* POST /v1/chunks: the batch has been parsed as it came; sum up. */
@@ -1457,7 +1509,8 @@ static enum MHD_Result begin(struct req *q, const char *url, const char *method)
 		uint64_t max_count = q->limit / (DMAR_BATCH_REC_SIZE + 1) + 1;
 		if (dmar_batch_parser_new(&q->bp, max_count > UINT32_MAX ? UINT32_MAX : (uint32_t)max_count, on_chunk,
 					  q) < 0 ||
-		    !(q->bad = json_array()))
+		    !(q->bad = json_array()) || !(q->group = malloc(VERIFY_GROUP * sizeof(*q->group))) ||
+		    !(q->group_ok = malloc(VERIFY_GROUP * sizeof(*q->group_ok))))
 			return reply_error(q, -ENOMEM, 0, NULL);
 	}
 	return MHD_YES;
@@ -1488,7 +1541,7 @@ static int batch_unzstd(struct req *q, const char *data, size_t len)
 					      "zstd body decodes to more than %" PRIu64 " bytes (%d x the body limit)",
 					      max, BATCH_ZSTD_RATIO);
 		if (out.pos) {
-			int e = dmar_batch_parser_feed(q->bp, cn->zout, out.pos, &q->err);
+			int e = batch_feed(q, cn->zout, out.pos);
 			if (e < 0)
 				return e;
 		}
@@ -1542,7 +1595,7 @@ static enum MHD_Result body(struct req *q, const char *data, size_t len)
 		q->len += len;
 		break;
 	case BODY_BATCH: {
-		int r = q->zstd ? batch_unzstd(q, data, len) : dmar_batch_parser_feed(q->bp, data, len, &q->err);
+		int r = q->zstd ? batch_unzstd(q, data, len) : batch_feed(q, data, len);
 		if (r < 0)
 			body_fail(q, r, 0);
 		break;
@@ -1590,6 +1643,8 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum 
 	free(q->path);
 	free(q->body);
 	dmar_batch_parser_free(q->bp);
+	free(q->group);
+	free(q->group_ok);
 	json_decref(q->bad);
 	free(q->hello);
 	free(q);

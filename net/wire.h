@@ -185,11 +185,14 @@ void dmar_batch_write_record(uint8_t out[DMAR_BATCH_REC_SIZE], const struct dmar
 
 /*
  * An incremental batch parser: feed it the body as it arrives, in pieces
- * of any size; it calls fn once for each complete record, in order, with
- * c->payload valid only during the call (pointing into the fed data when
- * the record arrived in one piece, else into the parser's own buffer of at
- * most DMAR_BATCH_REC_SIZE + ZSTD_compressBound(DMAR_WIRE_CHUNK_MAX)
- * bytes).  The record's fields are checked (enc, reserved bytes, len and
+ * of any size; it calls fn once for each complete record, in order.
+ * c->payload points into the fed data when the record arrived in one
+ * piece, else into one of the parser's two buffers of at most
+ * DMAR_BATCH_REC_SIZE + ZSTD_compressBound(DMAR_WIRE_CHUNK_MAX) bytes
+ * each; the payloads of every record delivered during a feed stay valid
+ * until the next call on the parser (feed, finish, free), as long as the
+ * caller keeps the fed data, so the records of one feed can be verified
+ * together after it returns (dmar_wire_chunks_verify).  The record's fields are checked (enc, reserved bytes, len and
  * stored within limits) before fn sees it; the payload is NOT verified
  * against the id: that is dmar_wire_chunk_verify's job.  max_count bounds
  * the header's count (-EBADMSG above it).
@@ -218,6 +221,16 @@ void dmar_batch_parser_free(struct dmar_batch_parser *p); /* NULL-safe */
 struct ZSTD_DCtx_s;
 int dmar_wire_chunk_verify(const struct dmar_wire_chunk *c, struct ZSTD_DCtx_s *dctx, uint8_t *scratch,
 			   const uint8_t **decoded, struct dmar_error *err);
+
+/*
+ * Verify n raw chunks at once: the checks of dmar_wire_chunk_verify for
+ * each, the payloads hashed with dmar_hash_many (with SHA-NI two side by
+ * side, about 1.7x the throughput of one at a time).  ok[i] tells whether
+ * c[i] is a raw chunk (stored == len) whose payload's SHA-256 is its id;
+ * err gets the message of the first that is not (as
+ * dmar_wire_chunk_verify words it).  Returns how many are not.
+ */
+size_t dmar_wire_chunks_verify(const struct dmar_wire_chunk *c, size_t n, bool *ok, struct dmar_error *err);
 
 /* ---- names shared by server and client ---- */
 

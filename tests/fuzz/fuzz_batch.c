@@ -11,8 +11,11 @@
  * The body is parsed whole and split; both must end the same way (same
  * return code, same records in the same order).  Each record the whole
  * parse delivers goes through dmar_wire_chunk_verify, which must accept it
- * or refuse it with -EILSEQ and a message naming the chunk.  Anything else
- * aborts.
+ * or refuse it with -EILSEQ and a message naming the chunk, and the raw
+ * ones of each feed through dmar_wire_chunks_verify after it, which must
+ * agree.  After every feed of the split parse, the payloads it delivered
+ * must still hold the bytes they had in the callback (the parser's
+ * promise: valid until its next call).  Anything else aborts.
  */
 #include "config.h"
 
@@ -61,9 +64,42 @@ struct summary {
 
 struct run {
 	struct summary s[MAX_COUNT + 1];
+	struct dmar_wire_chunk c[MAX_COUNT + 1]; /* as delivered, payload pointers included */
 	unsigned n;
+	unsigned feed_first; /* the first record of the feed in progress */
 	int verify; /* run dmar_wire_chunk_verify (the whole parse only: it costs) */
 };
+
+/* After a feed: its records' payloads must be intact, and the group
+ * verification must agree with the one-by-one verdicts. */
+static void after_feed(struct run *run)
+{
+	bool ok[MAX_COUNT + 1];
+	struct dmar_wire_chunk raw[MAX_COUNT + 1];
+	unsigned idx[MAX_COUNT + 1], k = 0;
+	for (unsigned i = run->feed_first; i < run->n; i++) {
+		struct dmar_id h;
+		dmar_hash(run->c[i].payload, run->c[i].stored, &h);
+		if (memcmp(h.b, run->s[i].payload.b, DMAR_HASH_SIZE) != 0)
+			die("a payload changed before the parser's next call", NULL);
+		if (run->verify && run->c[i].enc == DMAR_WIRE_RAW) {
+			idx[k] = i;
+			raw[k++] = run->c[i];
+		}
+	}
+	if (k) {
+		struct dmar_error err = { 0 };
+		size_t bad = dmar_wire_chunks_verify(raw, k, ok, &err), nbad = 0;
+		for (unsigned j = 0; j < k; j++) {
+			if (ok[j] != (run->s[idx[j]].verified == 0))
+				die("dmar_wire_chunks_verify disagrees with dmar_wire_chunk_verify", NULL);
+			nbad += !ok[j];
+		}
+		if (bad != nbad || (bad && (err.code != -EILSEQ || strncmp(err.msg, "chunk ", 6) != 0)))
+			die("dmar_wire_chunks_verify: wrong count or message:", err.msg);
+	}
+	run->feed_first = run->n;
+}
 
 static int same(const struct summary *a, const struct summary *b)
 {
@@ -80,6 +116,7 @@ static int on_record(void *ctx, const struct dmar_wire_chunk *c)
 	    (c->enc == DMAR_WIRE_RAW && c->stored != c->len) || c->stored == 0 ||
 	    c->stored > ZSTD_COMPRESSBOUND(c->len))
 		die("delivered a record with bad fields", NULL);
+	run->c[run->n] = *c;
 	struct summary *s = &run->s[run->n++];
 	s->id = c->id;
 	s->enc = c->enc;
@@ -105,10 +142,13 @@ static int parse(const uint8_t *b, size_t len, size_t cut, int bytewise, uint32_
 	struct dmar_error err = { 0 };
 	if (dmar_batch_parser_new(&p, max_count, on_record, run) < 0)
 		return -ENOMEM;
+	run->feed_first = 0;
 	int r = dmar_batch_parser_feed(p, b, cut, &err);
+	after_feed(run);
 	for (size_t i = cut; r == 0 && i < len;) {
 		size_t n = bytewise ? 1 : len - i;
 		r = dmar_batch_parser_feed(p, b + i, n, &err);
+		after_feed(run);
 		i += n;
 	}
 	if (r == 0)

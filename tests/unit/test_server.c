@@ -37,7 +37,7 @@
 /* ---- the fake node ------------------------------------------------------------ */
 
 #define MAX_FILES 32
-#define MAX_CHUNKS 64
+#define MAX_CHUNKS 256
 
 struct fake_file {
 	char path[256];
@@ -799,6 +799,71 @@ static void test_upload_bad_chunk(void **state)
 	resp_free(&r);
 	free(b.p);
 	for (int i = 0; i < 3; i++)
+		free_chunk(&c[i]);
+}
+
+/* Many chunks in one batch, more than the server verifies as one group,
+ * small and large (so some straddle MHD's pieces), raw and zstd mixed,
+ * three raw ones corrupt: exactly those are listed, every other one is
+ * stored with its own bytes (a deferred verification read the payload
+ * while it was still the record's), plain and as one zstd stream. */
+static void test_upload_many(void **state)
+{
+	enum { N = 200 };
+	static struct tchunk c[N];
+	uint64_t s = 77;
+	for (int i = 0; i < N; i++) {
+		uint32_t len = i % 50 == 7 ? 150000 : 1 + (uint32_t)(xorshift64(&s) % 12000);
+		make_chunk(&c[i], len, 1000 + (uint64_t)i, i % 9 == 4, i % 9 == 4);
+	}
+	const int bad[] = { 3, 70, 151 };
+	for (int round = 0; round < 2; round++) {
+		fake_reset();
+		for (int k = 0; k < 3; k++)
+			c[bad[k]].payload[c[bad[k]].stored / 2] ^= 0x55;
+		struct bytes b = { 0 };
+		make_batch(&b, c, N, -1);
+		for (int k = 0; k < 3; k++)
+			c[bad[k]].payload[c[bad[k]].stored / 2] ^= 0x55;
+		struct resp r;
+		if (round == 0) {
+			http(&r, "POST", "/v1/chunks", b.p, b.len);
+		} else {
+			size_t cap = ZSTD_compressBound(b.len);
+			uint8_t *z = malloc(cap);
+			size_t zn = ZSTD_compress(z, cap, b.p, b.len, 1);
+			assert_false(ZSTD_isError(zn));
+			struct req_opts o = { .ctype = "application/x-dmar-chunks", .header = "Content-Encoding: zstd" };
+			http_full(&r, "POST", "/v1/chunks", z, zn, &o);
+			free(z);
+		}
+		assert_error(&r, 422, "EILSEQ");
+		json_t *list = json_object_get(r.json, "bad");
+		assert_int_equal(json_array_size(list), 3);
+		for (int k = 0; k < 3; k++) {
+			char hex[DMAR_HASH_HEX_SIZE];
+			dmar_hex(c[bad[k]].id.b, 32, hex);
+			bool listed = false;
+			for (size_t j = 0; j < 3; j++)
+				listed |= strcmp(json_string_value(json_array_get(list, j)), hex) == 0;
+			assert_true(listed);
+		}
+		assert_int_equal(json_integer_value(json_object_get(r.json, "received")), N - 3);
+		resp_free(&r);
+		assert_int_equal(F.nchunks, N - 3);
+		for (int i = 0; i < N; i++) {
+			struct fake_chunk *fc = find_chunk(&c[i].id);
+			if (i == bad[0] || i == bad[1] || i == bad[2]) {
+				assert_null(fc);
+				continue;
+			}
+			assert_non_null(fc);
+			assert_int_equal(fc->stored, c[i].stored);
+			assert_memory_equal(fc->payload, c[i].payload, c[i].stored);
+		}
+		free(b.p);
+	}
+	for (int i = 0; i < N; i++)
 		free_chunk(&c[i]);
 }
 
@@ -1744,6 +1809,7 @@ int main(void)
 		cmocka_unit_test_setup(test_query, each_setup),
 		cmocka_unit_test_setup(test_upload, each_setup),
 		cmocka_unit_test_setup(test_upload_bad_chunk, each_setup),
+		cmocka_unit_test_setup(test_upload_many, each_setup),
 		cmocka_unit_test_setup(test_upload_zstd, each_setup),
 		cmocka_unit_test_setup(test_upload_zstd_bomb, each_setup),
 		cmocka_unit_test_setup(test_upload_malformed, each_setup),
