@@ -395,6 +395,12 @@ static int cmd_pack(int argc, char **argv)
 	struct cli_progress pr;
 	cli_progress_init(&pr, "pack", total);
 	double t0 = cli_now();
+	/* Our own temp file: the workers write their blocks into it at
+	 * their offsets, in parallel with cutting and hashing. */
+	if (out.path) {
+		eo.pwrite = cli_out_pwrite;
+		eo.pwrite_ctx = &out;
+	}
 	r = dmar_encoder_new(&e, &eo, cli_out_write, &out, &err);
 	if (r == 0)
 		r = dmar_encoder_feed_fd(e, fd, cli_progress_cb, &pr);
