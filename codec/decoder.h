@@ -63,6 +63,15 @@ struct dmar_decoder_opts {
 	bool info_only;
 	dmar_chunk_info_fn on_chunk;
 	void *on_chunk_ctx;
+	/* Positional output (optional, for a seekable output that starts
+	 * empty): when set, each verified block is written at its offset
+	 * in the file by a writer thread of the decoder's own, while the
+	 * next blocks decode, and dmar_decode's write callback is not used
+	 * (pass NULL).  Blocks may be written out of order; a block is
+	 * still never written before its check is verified.  Not used in
+	 * info mode. */
+	dmar_pwrite_fn pwrite;
+	void *pwrite_ctx;
 };
 
 struct dmar_decode_stats {

@@ -1102,6 +1102,92 @@ static void test_encoder_positional(void **state)
 	free(in);
 }
 
+/*
+ * The decoder's positional output (opts.pwrite): a writer thread writes
+ * verified blocks at their offsets, maybe out of order.  The file must
+ * come out whole with each byte written once; a failing write is the
+ * decode's error; a damaged block is never written, nor anything after it.
+ */
+static void test_decoder_positional(void **state)
+{
+	(void)state;
+	const size_t len = 13u << 20;
+	uint8_t *in = malloc(len);
+	assert_non_null(in);
+	memcpy(in, G.text, 7u << 20);
+	memcpy(in + (7u << 20), G.random, len - (7u << 20));
+	struct dmar_refset *rs;
+	struct dmar_error rerr = { 0 };
+	assert_int_equal(dmar_refset_new(&rs, &G.ck_default), 0);
+	assert_int_equal(dmar_refset_add_mem(rs, G.random, 3u << 20, 1, &rerr), 0);
+	for (int thin = 0; thin < 2; thin++) {
+		for (int level = 0; level <= 3; level += 3) {
+			struct dmar_encoder_opts eo = eopts(&G.ck_default, level, NULL, 2);
+			eo.ref = thin ? rs : NULL;
+			struct gbuf art = { 0 };
+			struct dmar_encode_stats es;
+			encode_ok(&eo, in, len, 0, &art, &es);
+			for (unsigned t = 1; t <= 3; t++) {
+				struct dmar_decoder_opts d = dopts(NULL, eo.ref, t);
+				d.pwrite = pbuf_pwrite;
+				struct pbuf b;
+				pbuf_init(&b, len);
+				d.pwrite_ctx = &b;
+				struct dmar_decode_stats ds;
+				struct dmar_error err = { 0 };
+				int r = dmar_decode_mem(&d, art.p, art.len, NULL, NULL, &ds, &err);
+				if (r < 0)
+					print_error("positional decode: %d %s\n", r, err.msg);
+				assert_int_equal(r, 0);
+				assert_false(b.overlap);
+				assert_int_equal(b.written, len);
+				assert_int_equal(b.end, len);
+				assert_memory_equal(b.p, in, len);
+				assert_memory_equal(ds.file_id.b, es.file_id.b, DMAR_HASH_SIZE);
+				pbuf_free(&b);
+
+				const uint64_t ats[] = { 0, 5u << 20, len - 1 };
+				for (size_t i = 0; i < sizeof(ats) / sizeof(*ats); i++) {
+					pbuf_init(&b, len);
+					b.fail_at = ats[i];
+					b.fail_code = -ENOSPC;
+					d.pwrite_ctx = &b;
+					struct dmar_error ferr = { 0 };
+					r = dmar_decode_mem(&d, art.p, art.len, NULL, NULL, NULL, &ferr);
+					assert_int_equal(r, -ENOSPC);
+					assert_int_equal(ferr.code, -ENOSPC);
+					assert_true(ferr.msg[0] != '\0');
+					pbuf_free(&b);
+				}
+
+				/* A byte of the last block's payload (raw random data)
+				 * flipped; the blocks before it hold 4 MiB or more each. */
+				art.p[art.len - 100] ^= 0x40;
+				pbuf_init(&b, len);
+				d.pwrite_ctx = &b;
+				struct dmar_error cerr = { 0 };
+				r = dmar_decode_mem(&d, art.p, art.len, NULL, NULL, NULL, &cerr);
+				art.p[art.len - 100] ^= 0x40;
+				assert_int_equal(r, -EBADMSG);
+				/* Written: the three blocks before it, whole (the decoder
+				 * waits for their writes before it returns), and nothing
+				 * of the damaged one. */
+				size_t p = 0;
+				while (p < len && b.seen[p])
+					p++;
+				assert_true(p >= 12u << 20);
+				assert_true(p < len);
+				assert_int_equal(b.written, p);
+				assert_memory_equal(b.p, in, p);
+				pbuf_free(&b);
+			}
+			gbuf_free(&art);
+		}
+	}
+	dmar_refset_free(rs);
+	free(in);
+}
+
 static void expect_encoder_einval(const struct dmar_encoder_opts *o, dmar_write_fn w, const char *what)
 {
 	struct dmar_encoder *e = (struct dmar_encoder *)(uintptr_t)0x1;
@@ -2883,6 +2969,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_decode_stream),
 		cmocka_unit_test(test_encoder_write_errors),
 		cmocka_unit_test(test_encoder_positional),
+		cmocka_unit_test(test_decoder_positional),
 		cmocka_unit_test(test_encoder_bad_opts),
 		cmocka_unit_test(test_index_only),
 		cmocka_unit_test(test_info_mode),
