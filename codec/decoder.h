@@ -9,9 +9,10 @@
  * written, and the end record's totals and check must match.  Errors carry
  * a message naming the part that is wrong (struct dmar_error).
  *
- * Output goes to the write callback in order, one verified block at a time,
- * so memory is bounded (a few blocks of at most DMAR_BLOCK_MAX_RAW) for any
- * artifact size.  A failed decode may have written the blocks before the
+ * Output goes to the write callback in order, one verified block at a time
+ * (or, with opts.pwrite, to a writer thread that writes each verified block
+ * at its offset), so memory is bounded (a few blocks of at most
+ * DMAR_BLOCK_MAX_RAW) for any artifact size.  A failed decode may have written the blocks before the
  * bad one: callers that need all-or-nothing write to a temp file.
  */
 #ifndef DMAR_DECODER_H

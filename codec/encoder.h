@@ -5,7 +5,8 @@
  * The caller feeds bytes in any pieces; the encoder cuts chunks, hashes
  * them, drops the ones the reference set holds, compresses runs of chunks
  * (blocks) on the worker threads and hands the artifact, in order, to the
- * write callback.  Memory is bounded by the number of blocks in flight
+ * write callback (or has the workers write it at its offsets, see
+ * opts.pwrite).  Memory is bounded by the number of blocks in flight
  * (~2 x threads + 2 blocks of ~2 MiB), whatever the input size.
  *
  * One encoder is used by one thread; it runs its own workers.
