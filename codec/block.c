@@ -33,7 +33,7 @@ void *dmar_block_buf_alloc(size_t len)
 	if (!cap || posix_memalign(&p, HUGE, cap) != 0)
 		return NULL;
 #ifdef MADV_HUGEPAGE
-	madvise(p, cap, MADV_HUGEPAGE);
+	madvise(p, cap < DMAR_BLOCK_TARGET ? cap : DMAR_BLOCK_TARGET, MADV_HUGEPAGE);
 #endif
 	return p;
 }

@@ -38,8 +38,11 @@ static inline unsigned dmar_log2(uint32_t v)
  * and asked to be backed by huge pages.  Every byte of a block is streamed
  * through by the chunker, SHA-256, zstd and read()/write() copies; on
  * 4 KiB pages the TLB misses alone (a two-level walk under virtualisation)
- * cost more than the work.  Rounding up to 2 MiB costs at most one huge
- * page a buffer; without THP this is just an aligned malloc. */
+ * cost more than the work.  Only the first DMAR_BLOCK_TARGET bytes get
+ * huge pages: dmar's blocks end a little past the target (at most one
+ * chunk), and a huge page for that tail was 2 MiB zeroed, on first touch,
+ * for a few hundred KiB used; the tail gets 4 KiB pages as it is touched.
+ * Without THP this is just an aligned malloc. */
 void *dmar_block_buf_alloc(size_t len);
 
 /* Block check: SHA-256 over the block's index and the file offset of its

@@ -14,6 +14,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,14 +35,25 @@ struct buf {
 	size_t cap;
 };
 
+/* The most any block buffer needs: a payload is at most
+ * ZSTD_compressBound(raw_len), and raw_len and a block's length at most
+ * DMAR_BLOCK_MAX_RAW. */
+#define DEC_BLOCK_BUF_MAX ZSTD_COMPRESSBOUND(DMAR_BLOCK_MAX_RAW)
+
 /* Room for n bytes; the old contents are not kept (every caller fills
  * the buffer afresh).  Block-sized buffers go on huge pages, see
  * dmar_block_buf_alloc: read(), zstd, SHA-256 and write() each stream
- * through them. */
+ * through them.  They are reserved for the largest block at once:
+ * growing them as bigger blocks came cost a fresh, zeroed huge page each
+ * time (19 huge-page faults, 15-22% of perf samples in clear_page for
+ * unpack -t of the tar corpus), and pages never touched cost no memory,
+ * so the bound on memory is the same. */
 static int buf_reserve(struct buf *b, size_t n)
 {
 	if (n <= b->cap)
 		return 0;
+	if (n >= (1u << 20) && n < DEC_BLOCK_BUF_MAX)
+		n = DEC_BLOCK_BUF_MAX;
 	uint8_t *p = n >= (1u << 20) ? dmar_block_buf_alloc(n) : malloc(n);
 	if (!p)
 		return -ENOMEM;
@@ -74,14 +86,29 @@ struct dec_job {
 	const uint8_t *result;   /* the verified block bytes */
 	int rc;
 	struct dmar_error err;
+	/* Positional output: the write of the verified block, on the
+	 * writer pool; the slot is reused only once it is done. */
+	struct dmar_pool_job wj;
+	bool writing;
+	int wrc;
 };
+
+/* Input staging: records are read a few bytes at a time (a type byte, a
+ * 19-byte header, a 4-byte word per chunk), and a read(2) apiece cost
+ * ~7000 syscalls for a 258 MB tar.  Payloads bigger than what is left in
+ * the buffer go straight to their own buffer, so they are not copied
+ * twice. */
+#define DEC_RBUF_SIZE (128u << 10)
 
 struct dec {
 	const struct dmar_decoder_opts *o;
 	dmar_read_fn read;
 	void *rctx;
+	uint8_t *rbuf;           /* DEC_RBUF_SIZE bytes */
+	size_t rpos, rlen;       /* unconsumed input is rbuf[rpos..rlen) */
 	struct dmar_header_info h;
 	struct dmar_pool *pool;
+	struct dmar_pool *wpool; /* one thread writing verified blocks (opts.pwrite) */
 	ZSTD_DCtx **dctx;        /* one per worker, no dictionary */
 	ZSTD_DCtx **dctx_pack;   /* one per worker, with the byte pack */
 	struct dec_job *ring;
@@ -95,14 +122,30 @@ struct dec {
 
 static ssize_t read_full(struct dec *d, void *buf, size_t len)
 {
+	uint8_t *p = buf;
 	size_t got = 0;
 	while (got < len) {
-		ssize_t n = d->read(d->rctx, (uint8_t *)buf + got, len - got);
+		if (d->rpos < d->rlen) {
+			size_t n = d->rlen - d->rpos;
+			if (n > len - got)
+				n = len - got;
+			memcpy(p + got, d->rbuf + d->rpos, n);
+			d->rpos += n;
+			got += n;
+			continue;
+		}
+		bool direct = len - got >= DEC_RBUF_SIZE;
+		ssize_t n = d->read(d->rctx, direct ? p + got : d->rbuf, direct ? len - got : DEC_RBUF_SIZE);
 		if (n < 0)
 			return n;
 		if (n == 0)
 			break;
-		got += (size_t)n;
+		if (direct) {
+			got += (size_t)n;
+		} else {
+			d->rpos = 0;
+			d->rlen = (size_t)n;
+		}
 	}
 	d->st.stored += got;
 	return (ssize_t)got;
@@ -216,6 +259,26 @@ static void decode_block(struct dmar_pool_job *pj, unsigned worker)
 						   : "");
 }
 
+static void write_block(struct dmar_pool_job *pj, unsigned worker)
+{
+	(void)worker;
+	struct dec_job *j = (struct dec_job *)((char *)pj - offsetof(struct dec_job, wj));
+	const struct dmar_decoder_opts *o = j->d->o;
+	j->wrc = o->pwrite(o->pwrite_ctx, j->result, j->logical, j->offset);
+}
+
+/* Before slot j takes a new block: its last block must be written. */
+static int wait_write(struct dec *d, struct dec_job *j)
+{
+	if (!j->writing)
+		return 0;
+	dmar_pool_wait(d->wpool, &j->wj);
+	j->writing = false;
+	if (j->wrc < 0)
+		return dmar_error_errno(d->err, j->wrc, "write");
+	return 0;
+}
+
 static int collect(struct dec *d, struct dec_job *j, dmar_write_fn write, void *wctx)
 {
 	dmar_pool_wait(d->pool, &j->pj);
@@ -228,7 +291,11 @@ static int collect(struct dec *d, struct dec_job *j, dmar_write_fn write, void *
 		dmar_hash_ctx_update(d->recipe, le, 4);
 	}
 	dmar_hash_ctx_update(d->endck, j->hdr + 12, 8);
-	if (write && j->logical) {
+	if (d->wpool && j->logical) {
+		/* Verified: its bytes may go out, while the next block decodes. */
+		j->writing = true;
+		dmar_pool_submit(d->wpool, &j->wj);
+	} else if (write && j->logical) {
 		int r = write(wctx, j->result, j->logical);
 		if (r < 0)
 			return dmar_error_errno(d->err, r, "write");
@@ -536,7 +603,19 @@ static int setup(struct dec *d)
 	int r = dmar_pool_new(&d->pool, t - 1);
 	if (r < 0)
 		return dmar_error_errno(d->err, r, "decoder");
-	d->ring_cap = t > 1 ? t + 2 : 1;
+	/* Positional output gets a thread of its own for writing, as zstd -d
+	 * writes on an I/O thread: writing a fresh tmpfs file costs about a
+	 * quarter of unpacking the tar corpus at -T1 (perf: 22% of samples in
+	 * write(2) for 258 MB), and it can overlap the decoding of the next
+	 * block instead of following it.  -T still counts the threads that
+	 * decompress and verify. */
+	if (o->pwrite && !o->info_only) {
+		r = dmar_pool_new(&d->wpool, 1);
+		if (r < 0)
+			return dmar_error_errno(d->err, r, "decoder");
+	}
+	/* With the writer, one more slot: the block being written. */
+	d->ring_cap = (t > 1 ? t + 2 : 1) + (d->wpool ? 1 : 0);
 	d->dctx = calloc(t, sizeof(*d->dctx));
 	d->dctx_pack = calloc(t, sizeof(*d->dctx_pack));
 	d->ring = calloc(d->ring_cap, sizeof(*d->ring));
@@ -563,6 +642,7 @@ static int setup(struct dec *d)
 	for (unsigned i = 0; i < d->ring_cap; i++) {
 		struct dec_job *j = &d->ring[i];
 		j->pj.fn = decode_block;
+		j->wj.fn = write_block;
 		j->d = d;
 		j->lens = malloc(mc * sizeof(*j->lens));
 		j->absent = malloc(mc);
@@ -577,6 +657,10 @@ static void teardown(struct dec *d)
 {
 	for (unsigned k = 0; k < d->ring_count; k++)
 		dmar_pool_wait(d->pool, &d->ring[(d->ring_head + k) % d->ring_cap].pj);
+	for (unsigned i = 0; d->ring && i < d->ring_cap; i++)
+		if (d->ring[i].writing)
+			dmar_pool_wait(d->wpool, &d->ring[i].wj);
+	dmar_pool_free(d->wpool);
 	dmar_pool_free(d->pool);
 	unsigned t = d->o->threads ? d->o->threads : 1;
 	for (unsigned i = 0; i < t; i++) {
@@ -598,6 +682,7 @@ static void teardown(struct dec *d)
 		free(j->ids);
 	}
 	free(d->ring);
+	free(d->rbuf);
 	dmar_hash_ctx_free(d->recipe);
 	dmar_hash_ctx_free(d->endck);
 }
@@ -629,7 +714,8 @@ int dmar_decode(const struct dmar_decoder_opts *o, dmar_read_fn read, void *rctx
 	int r = -ENOMEM;
 	d.recipe = dmar_hash_ctx_new();
 	d.endck = dmar_hash_ctx_new();
-	if (!d.recipe || !d.endck) {
+	d.rbuf = malloc(DEC_RBUF_SIZE);
+	if (!d.recipe || !d.endck || !d.rbuf) {
 		dmar_error_errno(d.err, r, "decoder");
 		goto out;
 	}
@@ -669,6 +755,8 @@ int dmar_decode(const struct dmar_decoder_opts *o, dmar_read_fn read, void *rctx
 		if (d.ring_count == d.ring_cap && (r = collect_oldest(&d, write, wctx)) < 0)
 			goto out;
 		struct dec_job *j = &d.ring[(d.ring_head + d.ring_count) % d.ring_cap];
+		if ((r = wait_write(&d, j)) < 0)
+			goto out;
 		j->hdr[0] = type;
 		if ((r = parse_block(&d, j)) < 0)
 			goto out;
@@ -688,6 +776,12 @@ int dmar_decode(const struct dmar_decoder_opts *o, dmar_read_fn read, void *rctx
 		}
 		d.ring_count++;
 		dmar_pool_submit(d.pool, &j->pj);
+		/* Hand decoded blocks to the writer as soon as they are done
+		 * (without decode workers, at once), so that they are written
+		 * while the next ones decode, and their slots come free. */
+		while (d.wpool && d.ring_count && dmar_pool_done(d.pool, &d.ring[d.ring_head].pj))
+			if ((r = collect_oldest(&d, write, wctx)) < 0)
+				goto out;
 		if (progress && d.st.logical - last_progress >= (8u << 20)) {
 			last_progress = d.st.logical;
 			progress(pctx, last_progress);
@@ -695,6 +789,9 @@ int dmar_decode(const struct dmar_decoder_opts *o, dmar_read_fn read, void *rctx
 	}
 	while (d.ring_count)
 		if ((r = collect_oldest(&d, write, wctx)) < 0)
+			goto out;
+	for (unsigned i = 0; i < d.ring_cap; i++)
+		if ((r = wait_write(&d, &d.ring[i])) < 0)
 			goto out;
 	r = parse_end(&d, !o->info_only);
 	if (r < 0)

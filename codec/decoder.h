@@ -9,9 +9,10 @@
  * written, and the end record's totals and check must match.  Errors carry
  * a message naming the part that is wrong (struct dmar_error).
  *
- * Output goes to the write callback in order, one verified block at a time,
- * so memory is bounded (a few blocks of at most DMAR_BLOCK_MAX_RAW) for any
- * artifact size.  A failed decode may have written the blocks before the
+ * Output goes to the write callback in order, one verified block at a time
+ * (or, with opts.pwrite, to a writer thread that writes each verified block
+ * at its offset), so memory is bounded (a few blocks of at most
+ * DMAR_BLOCK_MAX_RAW) for any artifact size.  A failed decode may have written the blocks before the
  * bad one: callers that need all-or-nothing write to a temp file.
  */
 #ifndef DMAR_DECODER_H
@@ -63,6 +64,15 @@ struct dmar_decoder_opts {
 	bool info_only;
 	dmar_chunk_info_fn on_chunk;
 	void *on_chunk_ctx;
+	/* Positional output (optional, for a seekable output that starts
+	 * empty): when set, each verified block is written at its offset
+	 * in the file by a writer thread of the decoder's own, while the
+	 * next blocks decode, and dmar_decode's write callback is not used
+	 * (pass NULL).  Blocks may be written out of order; a block is
+	 * still never written before its check is verified.  Not used in
+	 * info mode. */
+	dmar_pwrite_fn pwrite;
+	void *pwrite_ctx;
 };
 
 struct dmar_decode_stats {

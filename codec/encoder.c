@@ -10,10 +10,20 @@
  *                  it waits for one, it runs queued blocks itself.
  * A ring of `threads + 2` block slots bounds memory and keeps every worker
  * busy while the caller reads the next window.
+ *
+ * With a positional output (opts.pwrite) the workers write instead: a block
+ * record's size is known once it is encoded, so its offset is known once
+ * the blocks before it are encoded (not written), and each worker writes
+ * its own block there.  Writing a fresh tmpfs file runs at 0.6-3.7 GB/s
+ * on the test VM (first-touch page faults), slower than cutting and
+ * hashing together, so on the caller's thread it set the pace of pack -T2:
+ * 0.98 CPUs used of 2.
  */
 #include "config.h"
 
 #include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -52,6 +62,15 @@ struct block_job {
 	struct dmar_error err;
 };
 
+/* Where positional writes go next: the offset of block `next`. */
+struct place_seq {
+	pthread_mutex_t lock;
+	pthread_cond_t moved;    /* broadcast when next advances or breaks */
+	uint64_t next;           /* protected by lock */
+	uint64_t pos;            /* protected by lock */
+	bool broken;             /* protected by lock: a block failed, none after it is placed */
+};
+
 struct dmar_encoder {
 	struct dmar_encoder_opts o;
 	dmar_write_fn write;
@@ -77,17 +96,62 @@ struct dmar_encoder {
 	int rc;                  /* sticky first error */
 	bool finished;
 	bool maps_used;          /* fed by feed_map: nothing else may follow */
+	struct place_seq seq;    /* positional output only */
+	bool seq_init;
 };
 
+/* The header, references and end records, from the caller's thread while
+ * no block is being placed (before the first submit, after the last
+ * collect). */
 static int emit(struct dmar_encoder *e, const void *buf, size_t len)
 {
 	if (!len)
 		return 0;
-	int r = e->write(e->wctx, buf, len);
+	int r;
+	if (e->o.pwrite) {
+		r = e->o.pwrite(e->o.pwrite_ctx, buf, len, e->seq.pos);
+		if (r == 0)
+			e->seq.pos += len;
+	} else {
+		r = e->write(e->wctx, buf, len);
+	}
 	if (r < 0)
 		return dmar_error_errno(e->err, r, "write");
 	e->st.stored += len;
 	return 0;
+}
+
+/* Positional output: wait until the blocks before j have their offsets
+ * (they were taken from the pool's FIFO before j, so they are running or
+ * done: the wait always ends), take the next offset, and write j there
+ * outside the lock, beside the other workers.  A failed block breaks the
+ * sequence so that no later block waits for it forever; the caller
+ * collects in order and reports that first failure. */
+static void place(struct dmar_encoder *e, struct block_job *j)
+{
+	struct place_seq *q = &e->seq;
+	pthread_mutex_lock(&q->lock);
+	while (q->next != j->index && !q->broken)
+		pthread_cond_wait(&q->moved, &q->lock);
+	if (j->rc < 0 || q->broken) {
+		q->broken = true;
+		pthread_cond_broadcast(&q->moved);
+		pthread_mutex_unlock(&q->lock);
+		if (j->rc == 0)
+			j->rc = dmar_error_set(&j->err, -ECANCELED, "block %" PRIu64 ": an earlier block failed",
+					       j->index);
+		return;
+	}
+	uint64_t at = q->pos;
+	q->pos += j->rec_len + j->payload_len;
+	q->next++;
+	pthread_cond_broadcast(&q->moved);
+	pthread_mutex_unlock(&q->lock);
+	int r = e->o.pwrite(e->o.pwrite_ctx, j->rec, j->rec_len, at);
+	if (r == 0 && j->payload_len)
+		r = e->o.pwrite(e->o.pwrite_ctx, j->payload, j->payload_len, at + j->rec_len);
+	if (r < 0)
+		j->rc = dmar_error_errno(&j->err, r, "write");
 }
 
 /* Does the block look compressible?  Level-1 zstd on 16 samples of 1 KiB
@@ -111,9 +175,8 @@ static bool worth_compressing(ZSTD_CCtx *sctx, const uint8_t *p, size_t len)
 	return c < sizeof(sample) - sizeof(sample) / 32;
 }
 
-static void encode_block(struct dmar_pool_job *pj, unsigned worker)
+static void encode_one(struct block_job *j, unsigned worker)
 {
-	struct block_job *j = (struct block_job *)pj;
 	struct dmar_encoder *e = j->e;
 	size_t off = 0;
 
@@ -205,6 +268,15 @@ static void encode_block(struct dmar_pool_job *pj, unsigned worker)
 	j->rc = 0;
 }
 
+static void encode_block(struct dmar_pool_job *pj, unsigned worker)
+{
+	struct block_job *j = (struct block_job *)pj;
+	j->rc = 0;
+	encode_one(j, worker);
+	if (j->e->o.pwrite && !j->e->o.on_chunks)
+		place(j->e, j);
+}
+
 /* Write out a finished block and fold it into the running hashes. */
 static int collect(struct dmar_encoder *e, struct block_job *j)
 {
@@ -230,11 +302,15 @@ static int collect(struct dmar_encoder *e, struct block_job *j)
 	} else {
 		e->st.raw_blocks += j->raw;
 		dmar_hash_ctx_update(e->endck, j->rec + 12, 8);
-		r = emit(e, j->rec, j->rec_len);
-		if (r == 0)
-			r = emit(e, j->payload, j->payload_len);
-		if (r < 0)
-			return r;
+		if (e->o.pwrite) {
+			e->st.stored += j->rec_len + j->payload_len; /* placed by the worker */
+		} else {
+			r = emit(e, j->rec, j->rec_len);
+			if (r == 0)
+				r = emit(e, j->payload, j->payload_len);
+			if (r < 0)
+				return r;
+		}
 	}
 	if (j->data)
 		e->spare[e->nspare++] = j->data;
@@ -357,7 +433,8 @@ int dmar_encoder_new(struct dmar_encoder **out, const struct dmar_encoder_opts *
 		     dmar_write_fn write, void *wctx, struct dmar_error *err)
 {
 	struct dmar_chunker chk;
-	if (o->threads < 1 || o->level < 0 || o->level > ZSTD_maxCLevel() || (!write && !o->on_chunks) ||
+	if (o->threads < 1 || o->level < 0 || o->level > ZSTD_maxCLevel() ||
+	    (!write && !o->on_chunks && !o->pwrite) ||
 	    dmar_chunker_init(&chk, o->chunker.min, o->chunker.avg, o->chunker.max) < 0 ||
 	    (o->meta.valid && o->meta.mtime_nsec >= 1000000000u))
 		return dmar_error_set(err, -EINVAL, "invalid encoder options");
@@ -378,6 +455,9 @@ int dmar_encoder_new(struct dmar_encoder **out, const struct dmar_encoder_opts *
 	e->wctx = wctx;
 	e->err = err;
 	e->win_cap = DMAR_BLOCK_TARGET + chk.max;
+	pthread_mutex_init(&e->seq.lock, NULL);
+	pthread_cond_init(&e->seq.moved, NULL);
+	e->seq_init = true;
 	e->max_chunks = dmar_block_max_chunks(&chk);
 	/* The caller thread reads and cuts (about half the work per byte:
 	 * the chunker runs near the speed of SHA-256), so it counts as one
@@ -631,5 +711,9 @@ void dmar_encoder_free(struct dmar_encoder *e)
 	free(e->sctx);
 	dmar_hash_ctx_free(e->recipe);
 	dmar_hash_ctx_free(e->endck);
+	if (e->seq_init) {
+		pthread_mutex_destroy(&e->seq.lock);
+		pthread_cond_destroy(&e->seq.moved);
+	}
 	free(e);
 }

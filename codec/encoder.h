@@ -5,7 +5,8 @@
  * The caller feeds bytes in any pieces; the encoder cuts chunks, hashes
  * them, drops the ones the reference set holds, compresses runs of chunks
  * (blocks) on the worker threads and hands the artifact, in order, to the
- * write callback.  Memory is bounded by the number of blocks in flight
+ * write callback (or has the workers write it at its offsets, see
+ * opts.pwrite).  Memory is bounded by the number of blocks in flight
  * (~2 x threads + 2 blocks of ~2 MiB), whatever the input size.
  *
  * One encoder is used by one thread; it runs its own workers.
@@ -26,6 +27,10 @@
 
 /* Writes len bytes or fails: returns 0 or -errno. */
 typedef int (*dmar_write_fn)(void *ctx, const void *buf, size_t len);
+
+/* Writes len bytes at offset off of the output or fails: 0 or -errno.
+ * Called from several threads at once, for disjoint ranges. */
+typedef int (*dmar_pwrite_fn)(void *ctx, const void *buf, size_t len, uint64_t off);
 
 /* Called in file order with the chunks of each block (index-only mode). */
 typedef int (*dmar_chunks_fn)(void *ctx, uint64_t offset, const struct dmar_id *ids,
@@ -50,6 +55,15 @@ struct dmar_encoder_opts {
 	 * points at the block's bytes, valid during the call). */
 	dmar_chunks_fn on_chunks;
 	void *on_chunks_ctx;
+	/* Positional output (optional, for a seekable output that starts
+	 * empty at offset 0): when set, the artifact goes through pwrite
+	 * and the write callback is not used (it may be NULL).  Each block
+	 * is then written by the thread that encoded it, at its offset,
+	 * as soon as the blocks before it know their sizes, so writing
+	 * runs beside cutting and hashing instead of after them on the
+	 * caller's thread.  The bytes written are the same either way. */
+	dmar_pwrite_fn pwrite;
+	void *pwrite_ctx;
 };
 
 struct dmar_encode_stats {
@@ -65,7 +79,8 @@ struct dmar_encode_stats {
 
 struct dmar_encoder;
 
-/* write may be NULL only in index-only mode.  The header is written here.
+/* write may be NULL only in index-only mode or with o->pwrite.  The
+ * header is written here.
  * Returns 0, -EINVAL (bad opts), -ENOMEM, or the write callback's error. */
 int dmar_encoder_new(struct dmar_encoder **out, const struct dmar_encoder_opts *o,
 		     dmar_write_fn write, void *wctx, struct dmar_error *err);

@@ -137,6 +137,16 @@ void dmar_pool_wait(struct dmar_pool *p, struct dmar_pool_job *job)
 	pthread_mutex_unlock(&p->lock);
 }
 
+bool dmar_pool_done(struct dmar_pool *p, struct dmar_pool_job *job)
+{
+	if (p->threads == 0)
+		return job->done;
+	pthread_mutex_lock(&p->lock);
+	bool done = job->done;
+	pthread_mutex_unlock(&p->lock);
+	return done;
+}
+
 void dmar_pool_free(struct dmar_pool *p)
 {
 	if (!p)

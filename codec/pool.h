@@ -36,6 +36,9 @@ void dmar_pool_submit(struct dmar_pool *p, struct dmar_pool_job *job);
 /* Block until job (submitted earlier) has finished, running queued jobs
  * in the meantime. */
 void dmar_pool_wait(struct dmar_pool *p, struct dmar_pool_job *job);
+/* Has job (submitted earlier) finished?  Never waits, runs nothing. */
+bool dmar_pool_done(struct dmar_pool *p, struct dmar_pool_job *job);
+
 /* Waits for queued jobs, then joins the workers.  NULL-safe. */
 void dmar_pool_free(struct dmar_pool *p);
 

@@ -224,6 +224,24 @@ int cli_out_write(void *ctx, const void *buf, size_t len)
 	return 0;
 }
 
+int cli_out_pwrite(void *ctx, const void *buf, size_t len, uint64_t off)
+{
+	struct cli_out *o = ctx;
+	const uint8_t *p = buf;
+	while (len) {
+		ssize_t n = pwrite(o->fd, p, len, (off_t)off);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		p += n;
+		off += (uint64_t)n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
 int cli_out_commit(struct cli_out *o, const struct dmar_meta *meta)
 {
 	if (!o->path)

@@ -44,6 +44,10 @@ struct cli_out {
 };
 int cli_out_open(struct cli_out *o, const char *path, bool force);
 int cli_out_write(void *ctx, const void *buf, size_t len); /* dmar_write_fn */
+/* dmar_pwrite_fn: write at an offset of the temp file, from any thread.
+ * Only for an output opened with a path (a fresh temp file), never stdout,
+ * which may be a pipe or a file opened for append. */
+int cli_out_pwrite(void *ctx, const void *buf, size_t len, uint64_t off);
 /* fsync? no: rename is enough for all-or-nothing visibility to readers. */
 int cli_out_commit(struct cli_out *o, const struct dmar_meta *meta);
 void cli_out_abort(struct cli_out *o); /* removes the temp file */

@@ -78,7 +78,8 @@ static const char unpack_help[] =
 	"  -f, --force           overwrite an existing output; write to a terminal\n"
 	"  -D, --pack PACK       the byte pack the artifact was made with\n"
 	"  -r, --ref BASE        reference data for a thin artifact; repeatable\n"
-	"  -T, --threads N       worker threads (default: CPUs, at most 8)\n"
+	"  -T, --threads N       threads that decompress and verify (default: CPUs,\n"
+	"                        at most 8); an output file is written by an I/O thread\n"
 	"  -q, --quiet / -v, --verbose / -h, --help\n";
 
 static const char mine_help[] =
@@ -395,6 +396,12 @@ static int cmd_pack(int argc, char **argv)
 	struct cli_progress pr;
 	cli_progress_init(&pr, "pack", total);
 	double t0 = cli_now();
+	/* Our own temp file: the workers write their blocks into it at
+	 * their offsets, in parallel with cutting and hashing. */
+	if (out.path) {
+		eo.pwrite = cli_out_pwrite;
+		eo.pwrite_ctx = &out;
+	}
 	r = dmar_encoder_new(&e, &eo, cli_out_write, &out, &err);
 	if (r == 0)
 		r = dmar_encoder_feed_fd(e, fd, cli_progress_cb, &pr);
@@ -525,8 +532,14 @@ static int cmd_unpack(int argc, char **argv)
 	struct dmar_error err = { 0 };
 	struct dmar_decode_stats st;
 	double t0 = cli_now();
-	r = dmar_decode(&dopts, fd_read, &fd, o.test ? NULL : cli_out_write, &out, cli_progress_cb, &pr, &st,
-			&err);
+	/* Our own temp file: verified blocks are written at their offsets by
+	 * the decoder's writer thread while the next ones decode. */
+	if (!o.test && out.path) {
+		dopts.pwrite = cli_out_pwrite;
+		dopts.pwrite_ctx = &out;
+	}
+	r = dmar_decode(&dopts, fd_read, &fd, o.test || dopts.pwrite ? NULL : cli_out_write, &out, cli_progress_cb,
+			&pr, &st, &err);
 	cli_progress_end(&pr);
 	if (r < 0) {
 		if (r != -EIO || err.code)

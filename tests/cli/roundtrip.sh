@@ -66,6 +66,26 @@ for t in 1 2; do
 done
 rm -f big.T*.dmar
 
+# An output file is written at block offsets by several threads (pack: the
+# workers; unpack: an I/O thread); a stream in order by one.  Same bytes:
+# compressible and random blocks of different sizes, so every offset
+# depends on all the blocks before it.
+mktext mixed 9000000 7
+head -c $((9 << 20)) big >>mixed
+for t in 1 2 3; do
+	rm -f mixed.dmar mixed.out
+	expect_exit 0 "$DMAR" pack -q "-T$t" -o mixed.dmar mixed
+	"$DMAR" pack -q "-T$t" -c mixed >mixed.stream.dmar || fail "pack -T$t -c mixed: status $?"
+	check "pack -T$t: -o and -c write the same artifact"
+	cmp -s mixed.dmar mixed.stream.dmar || fail "pack -T$t: -o and -c artifacts differ"
+	expect_exit 0 "$DMAR" unpack -q "-T$t" -o mixed.out mixed.dmar
+	expect_same mixed mixed.out
+	"$DMAR" unpack -q "-T$t" -c mixed.dmar >mixed.stream || fail "unpack -T$t -c: status $?"
+	expect_same mixed mixed.stream
+	rm -f mixed.stream.dmar mixed.stream
+done
+rm -f mixed mixed.dmar mixed.out
+
 # --- compressible data ---------------------------------------------------------
 if [ -d /usr/include/linux ] && tar -cf text -C /usr/include linux 2>/dev/null; then
 	say "compressible input: tar of /usr/include/linux ($(fsize text) bytes)"

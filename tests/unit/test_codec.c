@@ -960,6 +960,234 @@ static void test_encoder_write_errors(void **state)
 	gbuf_free(&ok);
 }
 
+/*
+ * Positional output (opts.pwrite): the workers write their own blocks at
+ * their offsets, concurrently.  The artifact must be byte for byte the one
+ * the write path makes, every byte written exactly once (no overlap, no
+ * hole), and a failing write must end the encode with its error instead
+ * of hanging the workers queued behind it.
+ */
+struct pbuf {
+	pthread_mutex_t lock;
+	uint8_t *p;
+	size_t cap;
+	uint8_t *seen;      /* 1 per byte written */
+	size_t written, end;
+	uint64_t fail_at;   /* with fail_code: fail a write that reaches this offset */
+	int fail_code;
+	bool overlap;
+};
+
+static int pbuf_pwrite(void *ctx, const void *buf, size_t len, uint64_t off)
+{
+	struct pbuf *b = ctx;
+	if (b->fail_code && off + len > b->fail_at)
+		return b->fail_code;
+	assert_true(off + len <= b->cap);
+	memcpy(b->p + off, buf, len);
+	pthread_mutex_lock(&b->lock);
+	for (size_t i = 0; i < len; i++)
+		b->overlap |= b->seen[off + i]++ != 0;
+	b->written += len;
+	if (off + len > b->end)
+		b->end = off + len;
+	pthread_mutex_unlock(&b->lock);
+	return 0;
+}
+
+static void pbuf_init(struct pbuf *b, size_t cap)
+{
+	memset(b, 0, sizeof(*b));
+	pthread_mutex_init(&b->lock, NULL);
+	b->cap = cap;
+	b->p = calloc(1, cap);
+	b->seen = calloc(1, cap);
+	assert_non_null(b->p);
+	assert_non_null(b->seen);
+}
+
+static void pbuf_free(struct pbuf *b)
+{
+	pthread_mutex_destroy(&b->lock);
+	free(b->p);
+	free(b->seen);
+}
+
+static int encode_positional(const struct dmar_encoder_opts *base, const uint8_t *in, size_t len,
+			     struct pbuf *b, struct dmar_encode_stats *st, struct dmar_error *err)
+{
+	struct dmar_encoder_opts o = *base;
+	o.pwrite = pbuf_pwrite;
+	o.pwrite_ctx = b;
+	struct dmar_encoder *e = NULL;
+	/* No write callback: the positional one must be enough. */
+	int r = dmar_encoder_new(&e, &o, NULL, NULL, err);
+	if (r < 0)
+		return r;
+	size_t pos = 0, k = 0;
+	while (r == 0 && pos < len) {
+		size_t n = piece_len(PIECE_MIXED, &k);
+		if (n > len - pos)
+			n = len - pos;
+		r = dmar_encoder_feed(e, in + pos, n);
+		pos += n;
+	}
+	if (r == 0)
+		r = dmar_encoder_finish(e, st);
+	dmar_encoder_free(e);
+	return r;
+}
+
+static void test_encoder_positional(void **state)
+{
+	(void)state;
+	/* Text then random: zstd and raw blocks of different sizes, so the
+	 * offsets depend on every block before. */
+	const size_t len = 13u << 20;
+	uint8_t *in = malloc(len);
+	assert_non_null(in);
+	memcpy(in, G.text, 7u << 20);
+	memcpy(in + (7u << 20), G.random, len - (7u << 20));
+	struct dmar_refset *rs;
+	struct dmar_error rerr = { 0 };
+	assert_int_equal(dmar_refset_new(&rs, &G.ck_default), 0);
+	assert_int_equal(dmar_refset_add_mem(rs, G.random, 3u << 20, 1, &rerr), 0);
+	const int levels[] = { 0, 3 };
+	for (int thin = 0; thin < 2; thin++) {
+		for (size_t li = 0; li < 2; li++) {
+			for (unsigned t = 1; t <= 4; t++) {
+				struct dmar_encoder_opts o = eopts(&G.ck_default, levels[li], NULL, t);
+				o.ref = thin ? rs : NULL;
+				struct gbuf want = { 0 };
+				struct dmar_encode_stats ws, ps;
+				encode_ok(&o, in, len, PIECE_MIXED, &want, &ws);
+				struct pbuf b;
+				pbuf_init(&b, len + (1u << 20));
+				struct dmar_error err = { 0 };
+				int r = encode_positional(&o, in, len, &b, &ps, &err);
+				if (r < 0)
+					print_error("positional: %d %s\n", r, err.msg);
+				assert_int_equal(r, 0);
+				assert_false(b.overlap);
+				assert_int_equal(b.written, want.len);
+				assert_int_equal(b.end, want.len);
+				assert_memory_equal(b.p, want.p, want.len);
+				assert_int_equal(ps.stored, want.len);
+				assert_int_equal(ps.blocks, ws.blocks);
+				assert_memory_equal(ps.file_id.b, ws.file_id.b, DMAR_HASH_SIZE);
+				if (thin)
+					assert_true(ps.absent_chunks > 0);
+				pbuf_free(&b);
+
+				/* Failing at the header, in an early block, in a late one,
+				 * at the end record. */
+				const uint64_t ats[] = { 0, 1000, 5u << 20, want.len - 1 };
+				for (size_t i = 0; i < sizeof(ats) / sizeof(*ats); i++) {
+					pbuf_init(&b, len + (1u << 20));
+					b.fail_at = ats[i];
+					b.fail_code = -ENOSPC;
+					struct dmar_error ferr = { 0 };
+					r = encode_positional(&o, in, len, &b, NULL, &ferr);
+					assert_int_equal(r, -ENOSPC);
+					assert_int_equal(ferr.code, -ENOSPC);
+					assert_true(ferr.msg[0] != '\0');
+					assert_false(b.overlap);
+					pbuf_free(&b);
+				}
+				gbuf_free(&want);
+			}
+		}
+	}
+	dmar_refset_free(rs);
+	free(in);
+}
+
+/*
+ * The decoder's positional output (opts.pwrite): a writer thread writes
+ * verified blocks at their offsets, maybe out of order.  The file must
+ * come out whole with each byte written once; a failing write is the
+ * decode's error; a damaged block is never written, nor anything after it.
+ */
+static void test_decoder_positional(void **state)
+{
+	(void)state;
+	const size_t len = 13u << 20;
+	uint8_t *in = malloc(len);
+	assert_non_null(in);
+	memcpy(in, G.text, 7u << 20);
+	memcpy(in + (7u << 20), G.random, len - (7u << 20));
+	struct dmar_refset *rs;
+	struct dmar_error rerr = { 0 };
+	assert_int_equal(dmar_refset_new(&rs, &G.ck_default), 0);
+	assert_int_equal(dmar_refset_add_mem(rs, G.random, 3u << 20, 1, &rerr), 0);
+	for (int thin = 0; thin < 2; thin++) {
+		for (int level = 0; level <= 3; level += 3) {
+			struct dmar_encoder_opts eo = eopts(&G.ck_default, level, NULL, 2);
+			eo.ref = thin ? rs : NULL;
+			struct gbuf art = { 0 };
+			struct dmar_encode_stats es;
+			encode_ok(&eo, in, len, 0, &art, &es);
+			for (unsigned t = 1; t <= 3; t++) {
+				struct dmar_decoder_opts d = dopts(NULL, eo.ref, t);
+				d.pwrite = pbuf_pwrite;
+				struct pbuf b;
+				pbuf_init(&b, len);
+				d.pwrite_ctx = &b;
+				struct dmar_decode_stats ds;
+				struct dmar_error err = { 0 };
+				int r = dmar_decode_mem(&d, art.p, art.len, NULL, NULL, &ds, &err);
+				if (r < 0)
+					print_error("positional decode: %d %s\n", r, err.msg);
+				assert_int_equal(r, 0);
+				assert_false(b.overlap);
+				assert_int_equal(b.written, len);
+				assert_int_equal(b.end, len);
+				assert_memory_equal(b.p, in, len);
+				assert_memory_equal(ds.file_id.b, es.file_id.b, DMAR_HASH_SIZE);
+				pbuf_free(&b);
+
+				const uint64_t ats[] = { 0, 5u << 20, len - 1 };
+				for (size_t i = 0; i < sizeof(ats) / sizeof(*ats); i++) {
+					pbuf_init(&b, len);
+					b.fail_at = ats[i];
+					b.fail_code = -ENOSPC;
+					d.pwrite_ctx = &b;
+					struct dmar_error ferr = { 0 };
+					r = dmar_decode_mem(&d, art.p, art.len, NULL, NULL, NULL, &ferr);
+					assert_int_equal(r, -ENOSPC);
+					assert_int_equal(ferr.code, -ENOSPC);
+					assert_true(ferr.msg[0] != '\0');
+					pbuf_free(&b);
+				}
+
+				/* A byte of the last block's payload (raw random data)
+				 * flipped; the blocks before it hold 4 MiB or more each. */
+				art.p[art.len - 100] ^= 0x40;
+				pbuf_init(&b, len);
+				d.pwrite_ctx = &b;
+				struct dmar_error cerr = { 0 };
+				r = dmar_decode_mem(&d, art.p, art.len, NULL, NULL, NULL, &cerr);
+				art.p[art.len - 100] ^= 0x40;
+				assert_int_equal(r, -EBADMSG);
+				/* Written: the three blocks before it, whole (the decoder
+				 * waits for their writes before it returns), and nothing
+				 * of the damaged one. */
+				size_t p = 0;
+				while (p < len && b.seen[p])
+					p++;
+				assert_true(p >= 12u << 20);
+				assert_true(p < len);
+				assert_int_equal(b.written, p);
+				assert_memory_equal(b.p, in, p);
+				pbuf_free(&b);
+			}
+			gbuf_free(&art);
+		}
+	}
+	dmar_refset_free(rs);
+	free(in);
+}
+
 static void expect_encoder_einval(const struct dmar_encoder_opts *o, dmar_write_fn w, const char *what)
 {
 	struct dmar_encoder *e = (struct dmar_encoder *)(uintptr_t)0x1;
@@ -2740,6 +2968,8 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_refset_api),
 		cmocka_unit_test(test_decode_stream),
 		cmocka_unit_test(test_encoder_write_errors),
+		cmocka_unit_test(test_encoder_positional),
+		cmocka_unit_test(test_decoder_positional),
 		cmocka_unit_test(test_encoder_bad_opts),
 		cmocka_unit_test(test_index_only),
 		cmocka_unit_test(test_info_mode),
