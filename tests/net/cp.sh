@@ -90,6 +90,11 @@ sent=$(wire_since "$w0")
 [ "$(digest "$B/w1v2.bin")" = "$(digest "$S/w1v2.bin")" ] || fail "b's w1v2.bin differs"
 [ "$sent" -le $((3 * MiB)) ] || fail "$(mib "$sent") crossed for 1 MiB rewritten (limit 3 MiB)"
 say "  1 MiB rewritten in 64 MiB: $(mib "$sent") on the wire"
+# b's kernel holds w1v2.bin's pages now (the digest above read them); a
+# commit over it must show the new bytes at b at once, not the cached ones
+cp "$S/w1.bin" "$A/@b/w1v2.bin" || fail "cp over a file b has cached"
+[ "$(digest "$B/w1v2.bin")" = "$d1" ] || fail "b shows the old w1v2.bin after a commit replaced it"
+[ "$(fsize "$B/w1v2.bin")" = $((64 * MiB)) ] || fail "b's w1v2.bin: $(fsize "$B/w1v2.bin") bytes after the commit"
 
 check "reading @b/FILE gives b's bytes; a second read pulls nothing new"
 mkprng "$S/r.bin" $((16 * MiB)) 3
