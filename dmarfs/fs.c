@@ -69,7 +69,23 @@ struct inode *fs_inode_new(struct dmarfs *fs, mode_t mode, uid_t uid, gid_t gid)
 	dmar_dir_init(&i->dir, 3); /* cookies 1 and 2 are "." and ".." */
 	dmar_file_init(&i->f);
 	fs->inodes++;
+	i->all_next = fs->all;
+	if (fs->all)
+		fs->all->all_prev = i;
+	fs->all = i;
 	return i;
+}
+
+/* Take i off fs->all (it goes to the grave).  ns held. */
+static void all_unlink(struct dmarfs *fs, struct inode *i)
+{
+	if (i->all_prev)
+		i->all_prev->all_next = i->all_next;
+	else
+		fs->all = i->all_next;
+	if (i->all_next)
+		i->all_next->all_prev = i->all_prev;
+	i->all_prev = i->all_next = NULL;
 }
 
 /* Inodes kept after their last reference (fs_inode_maybe_free), newest
@@ -98,6 +114,8 @@ static void bury_half(struct dmarfs *fs)
 
 static void inode_destroy(struct dmarfs *fs, struct inode *i)
 {
+	if (fs->all == i || i->all_prev) /* not yet in the grave */
+		all_unlink(fs, i);
 	dmar_file_clear(&i->f, &fs->cfg.ctx);
 	for (size_t k = 0; k < i->nxa; k++) {
 		free(i->xa[k].name);
@@ -140,6 +158,7 @@ void fs_inode_maybe_free(struct dmarfs *fs, struct inode *i)
 	 * old symlink target), not freed memory.  See the note on issue 3. */
 	dmar_file_clear(&i->f, &fs->cfg.ctx);
 	fs->inodes--;
+	all_unlink(fs, i);
 	i->idle_next = fs->grave;
 	fs->grave = i;
 	if (++fs->ngrave > GRAVE_MAX)
@@ -1319,20 +1338,6 @@ int dmarfs_new(struct dmarfs **out, const struct dmarfs_config *cfg)
 	return 0;
 }
 
-static void free_tree(struct dmarfs *fs, struct inode *d)
-{
-	size_t pos = 0;
-	for (struct dmar_dirent *e; (e = dmar_dir_next(&d->dir, &pos));) {
-		struct inode *i = ENTRY_INO(e);
-		if (S_ISDIR(i->mode))
-			free_tree(fs, i);
-		/* hard links: free at the last name */
-		if (S_ISDIR(i->mode) || --i->nlink == 0)
-			inode_destroy(fs, i);
-	}
-	dmar_dir_clear(&d->dir);
-}
-
 void dmarfs_set_session(struct dmarfs *fs, struct fuse_session *se)
 {
 	fs->se = se;
@@ -1355,8 +1360,9 @@ void dmarfs_free(struct dmarfs *fs)
 		inode_destroy(fs, fs->grave);
 		fs->grave = n;
 	}
-	free_tree(fs, fs->root);
-	inode_destroy(fs, fs->root);
+	/* The tree and the unlinked inodes the kernel still knew. */
+	while (fs->all)
+		inode_destroy(fs, fs->all);
 	pthread_cond_destroy(&fs->idle_cond);
 	pthread_mutex_destroy(&fs->ns);
 	free(fs);

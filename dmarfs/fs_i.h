@@ -54,6 +54,7 @@ struct inode {
 	/* idle encoding */
 	bool queued;         /* on fs->idle_head: atomic hint, set under ns */
 	struct inode *idle_next; /* protected by fs->ns */
+	struct inode *all_prev, *all_next; /* fs->all: every inode not yet in the grave; fs->ns */
 	uint64_t last_write; /* CLOCK_MONOTONIC seconds, atomic */
 };
 
@@ -71,6 +72,11 @@ struct dmarfs {
 	pthread_t idle_thread;
 	bool idle_running, idle_stop;
 	struct inode *grave;  /* see fs_fs_inode_maybe_free; protected by ns */
+	/* Every live inode, linked or not: an unlinked one the kernel still
+	 * knows (an open file, an expired dentry's) is in no directory, and
+	 * its FORGET may never come before unmount; teardown frees this
+	 * list.  Protected by ns. */
+	struct inode *all;
 	size_t ngrave;
 	struct fuse_session *se;      /* for cache notifications; set before mounting */
 	struct dmarfs_node *node;     /* node.c: the REST API and the peers, or NULL */
