@@ -73,7 +73,7 @@
 . "$top_srcdir/tests/fs/lib.sh"
 
 : "${NET_PORT:=7420}"
-: "${NODE_TIMEOUT:=20}"
+: "${NODE_TIMEOUT:=120}" # a node populates its arena first: see fs_mount
 : "${NET_SUBNET:=$(($$ % 250 + 1))}"
 NET_NET=10.77.$NET_SUBNET
 NET_PREFIX=dmar-$TEST_NAME-$$-
