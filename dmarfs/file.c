@@ -1007,7 +1007,7 @@ int dmar_file_from_recipe(struct dmar_file *f, struct dmar_fsctx *c, const struc
 		return r2;
 	/* Every chunk referenced first, in one batch, then looked at: a
 	 * payload cannot move while we hold its reference. */
-	ids = malloc((r->n ? r->n : 1) * sizeof(*ids));
+	ids = dmar_recipe_chunk_ids(r, &nids);
 	info = malloc((r->n ? r->n : 1) * sizeof(*info));
 	if (!ids || !info) {
 		free(ids);
@@ -1015,9 +1015,6 @@ int dmar_file_from_recipe(struct dmar_file *f, struct dmar_fsctx *c, const struc
 		free(nf.ext);
 		return -ENOMEM;
 	}
-	for (size_t i = 0; i < r->n; i++)
-		if (r->e[i].kind == DMAR_RECIPE_CHUNK)
-			ids[nids++] = r->e[i].id;
 	dmar_store_ref_many(c->arena, ids, nids, info);
 	size_t k = 0;
 	for (size_t i = 0; i < r->n; i++) {

@@ -743,21 +743,10 @@ static const struct dmar_node_ops node_ops = {
 
 /* ---- shipping ------------------------------------------------------------ */
 
-/* The chunk ids of r, in order (malloc'd, *n of them), or NULL. */
-static struct dmar_id *chunk_ids(const struct dmar_recipe *r, size_t *n)
-{
-	struct dmar_id *ids = malloc((r->n ? r->n : 1) * sizeof(*ids));
-	*n = 0;
-	for (size_t i = 0; ids && i < r->n; i++)
-		if (r->e[i].kind == DMAR_RECIPE_CHUNK)
-			ids[(*n)++] = r->e[i].id;
-	return ids;
-}
-
 int dmarfs_node_pin(struct dmar_fsctx *c, const struct dmar_recipe *r)
 {
 	size_t n;
-	struct dmar_id *ids = chunk_ids(r, &n);
+	struct dmar_id *ids = dmar_recipe_chunk_ids(r, &n);
 	struct dmar_chunk_info *info = malloc((n ? n : 1) * sizeof(*info));
 	int ret = 0;
 	if (!ids || !info) {
@@ -782,7 +771,7 @@ out:
 void dmarfs_node_unpin(struct dmar_fsctx *c, const struct dmar_recipe *r)
 {
 	size_t n;
-	struct dmar_id *ids = chunk_ids(r, &n);
+	struct dmar_id *ids = dmar_recipe_chunk_ids(r, &n);
 	if (ids) {
 		dmar_store_unref_many(c->arena, ids, n);
 	} else {

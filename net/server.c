@@ -525,32 +525,38 @@ static enum MHD_Result h_mkdir(struct req *q)
  * bytes a missing chunk, so a sender that commits first (one round trip
  * for a file this node holds) pays little when it does not.  NULL (keep
  * the list) on failure. */
+/* {"missing_count": count, "missing_bits": hex of the nb bytes of bits},
+ * or NULL (ENOMEM). */
+static json_t *bits_answer(const uint8_t *bits, size_t nb, json_int_t count)
+{
+	char *hex = malloc(2 * nb + 1);
+	if (!hex)
+		return NULL;
+	dmar_hex(bits, nb, hex);
+	json_t *o = json_pack("{s:I, s:s}", "missing_count", count, "missing_bits", hex);
+	free(hex);
+	return o;
+}
+
 static json_t *missing_bits(struct req *q, const struct dmar_recipe *rc, json_t *ans)
 {
-	size_t nb = (rc->n + 7) / 8;
-	struct dmar_id *ids = malloc((rc->n ? rc->n : 1) * sizeof(*ids));
+	size_t nb = (rc->n + 7) / 8, n;
+	struct dmar_id *ids = dmar_recipe_chunk_ids(rc, &n);
 	uint8_t *miss = calloc(rc->n ? rc->n : 1, 1), *bits = calloc(nb ? nb : 1, 1);
-	char *hex = malloc(2 * nb + 1);
-	json_t *o = NULL;
-	size_t n = 0;
-	if (!ids || !miss || !bits || !hex)
+	json_t *o = NULL, *count = json_object_get(ans, "missing_count");
+	if (!ids || !miss || !bits || !json_is_integer(count))
 		goto out;
-	for (size_t i = 0; i < rc->n; i++)
-		if (rc->e[i].kind == DMAR_RECIPE_CHUNK)
-			ids[n++] = rc->e[i].id;
 	struct dmar_error err = { 0 };
 	if (n && q->s->ops->have(q->s->ctx, ids, n, miss, &err) < 0)
 		goto out;
 	for (size_t i = 0, k = 0; i < rc->n; i++)
 		if (rc->e[i].kind == DMAR_RECIPE_CHUNK && miss[k++])
 			bits[i / 8] |= (uint8_t)(1u << (i % 8));
-	dmar_hex(bits, nb, hex);
-	o = json_pack("{s:O, s:s}", "missing_count", json_object_get(ans, "missing_count"), "missing_bits", hex);
+	o = bits_answer(bits, nb, json_integer_value(count));
 out:
 	free(ids);
 	free(miss);
 	free(bits);
-	free(hex);
 	return o;
 }
 
@@ -563,16 +569,12 @@ out:
 static int short_complete(struct req *q, struct dmar_recipe *rc, const struct dmar_id *rid, unsigned idlen,
 			  json_t **out)
 {
-	size_t nb = (rc->n + 7) / 8, k = 0, nmiss = 0, namb = 0;
-	struct dmar_id *ids = malloc((rc->n ? rc->n : 1) * sizeof(*ids));
+	size_t nb = (rc->n + 7) / 8, k, nmiss = 0, namb = 0;
+	struct dmar_id *ids = dmar_recipe_chunk_ids(rc, &k);
 	uint8_t *state = malloc(rc->n ? rc->n : 1), *bits = calloc(nb ? nb : 1, 1), *full = NULL;
-	char *hex = NULL;
 	int r = -ENOMEM;
 	if (!ids || !state || !bits)
 		goto out;
-	for (size_t i = 0; i < rc->n; i++)
-		if (rc->e[i].kind == DMAR_RECIPE_CHUNK)
-			ids[k++] = rc->e[i].id;
 	if (k && (r = q->s->ops->resolve(q->s->ctx, ids, k, idlen, state, &q->err)) < 0)
 		goto out;
 	k = 0;
@@ -597,13 +599,10 @@ static int short_complete(struct req *q, struct dmar_recipe *rc, const struct dm
 		goto out;
 	}
 	if (nmiss) {
-		if (!(hex = malloc(2 * nb + 1))) {
+		if (!(*out = bits_answer(bits, nb, (json_int_t)nmiss)))
 			r = -ENOMEM;
-			goto out;
-		}
-		dmar_hex(bits, nb, hex);
-		*out = json_pack("{s:I, s:s}", "missing_count", (json_int_t)nmiss, "missing_bits", hex);
-		dmar_error_set(&q->err, r, "%zu chunks of the recipe are missing", nmiss);
+		else
+			dmar_error_set(&q->err, r, "%zu chunks of the recipe are missing", nmiss);
 		goto out;
 	}
 	struct dmar_id got;
@@ -626,7 +625,6 @@ out:
 	free(state);
 	free(bits);
 	free(full);
-	free(hex);
 	return r;
 }
 

@@ -324,6 +324,16 @@ int dmar_recipe_short_parse(const void *buf, size_t len, struct dmar_recipe *r, 
 	return 0;
 }
 
+struct dmar_id *dmar_recipe_chunk_ids(const struct dmar_recipe *r, size_t *n)
+{
+	struct dmar_id *ids = malloc((r->n ? r->n : 1) * sizeof(*ids));
+	*n = 0;
+	for (size_t i = 0; ids && i < r->n; i++)
+		if (r->e[i].kind == DMAR_RECIPE_CHUNK)
+			ids[(*n)++] = r->e[i].id;
+	return ids;
+}
+
 void dmar_recipe_free(struct dmar_recipe *r)
 {
 	if (!r)

@@ -142,6 +142,9 @@ void dmar_recipe_write(const struct dmar_recipe *r, uint8_t *out, struct dmar_id
  */
 int dmar_recipe_parse(const void *buf, size_t len, struct dmar_recipe *r, struct dmar_error *err);
 void dmar_recipe_free(struct dmar_recipe *r); /* frees r->e; NULL-safe */
+/* A malloc'd copy of the ids of r's chunk entries, in order (*n of them;
+ * room for one at least, so an empty list is no NULL), or NULL. */
+struct dmar_id *dmar_recipe_chunk_ids(const struct dmar_recipe *r, size_t *n);
 
 /* ---- short recipes ---- */
 
