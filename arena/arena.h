@@ -165,6 +165,9 @@ int dmar_store_resolve_many(struct dmar_arena *a, struct dmar_id *ids, size_t n,
  * with a reference taken, or all zero (refs 0) where ids[i] is not held or
  * is at the reference limit (no reference taken). */
 void dmar_store_ref_many(struct dmar_arena *a, const struct dmar_id *ids, size_t n, struct dmar_chunk_info *info);
+/* dmar_store_ref_many, all or nothing: 0 with every reference taken, or
+ * -ENOENT (an id not held, or at the reference limit) with none taken. */
+int dmar_store_ref_all(struct dmar_arena *a, const struct dmar_id *ids, size_t n, struct dmar_chunk_info *info);
 /* dmar_store_unref for each of n ids; ids not held are skipped. */
 void dmar_store_unref_many(struct dmar_arena *a, const struct dmar_id *ids, size_t n);
 

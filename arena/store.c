@@ -431,6 +431,21 @@ void dmar_store_ref_many(struct dmar_arena *a, const struct dmar_id *ids, size_t
 	}
 }
 
+int dmar_store_ref_all(struct dmar_arena *a, const struct dmar_id *ids, size_t n, struct dmar_chunk_info *info)
+{
+	dmar_store_ref_many(a, ids, n, info);
+	size_t k = 0;
+	while (k < n && info[k].refs)
+		k++;
+	if (k == n)
+		return 0;
+	/* Rare (a chunk dropped under us): give back what was taken. */
+	for (size_t i = 0; i < n; i++)
+		if (info[i].refs)
+			dmar_store_unref(a, &ids[i]);
+	return -ENOENT;
+}
+
 void dmar_store_unref_many(struct dmar_arena *a, const struct dmar_id *ids, size_t n)
 {
 	struct dmar_store *s = a->store;

@@ -853,16 +853,8 @@ ssize_t dmar_file_share(struct dmar_file *dst, struct dmar_file *src, struct dma
 		tmp[nt++] = x;
 		done += n;
 	}
-	dmar_store_ref_many(c->arena, ids, nids, info);
-	size_t held = 0;
-	for (size_t k = 0; k < nids; k++)
-		if (info[k].refs)
-			ids[held++] = ids[k];
-	if (held < nids) {
-		dmar_store_unref_many(c->arena, ids, held);
-		r = -ENOENT;
+	if ((r = dmar_store_ref_all(c->arena, ids, nids, info)) < 0)
 		goto fail_early;
-	}
 	/* RAW extents (only with encode=none): the bytes are copied. */
 	size_t m = 0;
 	for (; m < nt; m++) {

@@ -753,15 +753,7 @@ int dmarfs_node_pin(struct dmar_fsctx *c, const struct dmar_recipe *r)
 		ret = -ENOMEM;
 		goto out;
 	}
-	dmar_store_ref_many(c->arena, ids, n, info);
-	size_t held = 0;
-	for (size_t i = 0; i < n; i++)
-		if (info[i].refs)
-			ids[held++] = ids[i];
-	if (held < n) {
-		dmar_store_unref_many(c->arena, ids, held);
-		ret = -ENOENT;
-	}
+	ret = dmar_store_ref_all(c->arena, ids, n, info);
 out:
 	free(ids);
 	free(info);

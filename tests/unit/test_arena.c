@@ -596,6 +596,14 @@ static void test_store_batches(void **state)
 	memcpy(p20.b, ids[5].b, 8);
 	assert_int_equal(dmar_store_resolve(a, &p20, 8), -ENOTUNIQ);
 
+	/* ref_all: all or nothing. */
+	assert_int_equal(dmar_store_ref_all(a, ids, N + 1, info), -ENOENT);
+	dmar_store_stats(a, &ss);
+	assert_int_equal(ss.refs, 2 * N + 1); /* the twin's one, and nothing taken */
+	assert_int_equal(dmar_store_ref_all(a, ids, N, info), 0);
+	assert_int_equal(info[0].refs, 3);
+	dmar_store_unref_many(a, ids, N);
+
 	/* unref_many twice (the second drops the last references and frees
 	 * the space); the absent id is skipped. */
 	dmar_store_unref_many(a, ids, N + 1);
