@@ -289,6 +289,22 @@ int dmar_store_ref_existing(struct dmar_arena *a, const struct dmar_id *id)
 	return r;
 }
 
+/* Drop one reference to the entry e; when it was the last, the entry
+ * leaves the table and *off, *stored_len say what space to release once
+ * the lock is dropped (*stored_len stays 0 otherwise).  The lock held. */
+static void unref_held(struct dmar_store *s, struct slot *e, uint64_t *off, uint32_t *stored_len)
+{
+	s->st.refs--;
+	if (--e->refs)
+		return;
+	*off = e->off;
+	*stored_len = e->stored_len;
+	s->st.chunks--;
+	s->st.stored_bytes -= e->stored_len;
+	s->st.chunk_bytes -= e->len;
+	remove_slot(s, (uint64_t)(e - s->slots));
+}
+
 int dmar_store_unref(struct dmar_arena *a, const struct dmar_id *id)
 {
 	struct dmar_store *s = a->store;
@@ -301,20 +317,19 @@ int dmar_store_unref(struct dmar_arena *a, const struct dmar_id *id)
 		pthread_mutex_unlock(&s->lock);
 		return -ENOENT;
 	}
-	s->st.refs--;
-	if (--e->refs == 0) {
-		off = e->off;
-		stored_len = e->stored_len;
-		s->st.chunks--;
-		s->st.stored_bytes -= e->stored_len;
-		s->st.chunk_bytes -= e->len;
-		remove_slot(s, (uint64_t)(e - s->slots));
-	}
+	unref_held(s, e, &off, &stored_len);
 	pthread_mutex_unlock(&s->lock);
 	/* Nobody can find the chunk any more, so its space can go. */
 	if (stored_len)
 		dmar_arena_release(a, off, stored_len);
 	return 0;
+}
+
+static struct dmar_chunk_info info_of(const struct slot *e)
+{
+	return (struct dmar_chunk_info){
+		.off = e->off, .stored_len = e->stored_len, .len = e->len, .enc = e->enc, .refs = e->refs,
+	};
 }
 
 int dmar_store_lookup(struct dmar_arena *a, const struct dmar_id *id, struct dmar_chunk_info *info)
@@ -325,10 +340,7 @@ int dmar_store_lookup(struct dmar_arena *a, const struct dmar_id *id, struct dma
 	pthread_mutex_lock(&s->lock);
 	struct slot *e = find(s, id);
 	if (e) {
-		*info = (struct dmar_chunk_info){
-			.off = e->off, .stored_len = e->stored_len, .len = e->len,
-			.enc = e->enc, .refs = e->refs,
-		};
+		*info = info_of(e);
 		r = 0;
 	}
 	pthread_mutex_unlock(&s->lock);
@@ -350,6 +362,27 @@ int dmar_store_lookup(struct dmar_arena *a, const struct dmar_id *id, struct dma
 static void prefetch_slot(const struct dmar_store *s, const struct dmar_id *id)
 {
 	__builtin_prefetch(&s->slots[slot_of(s->key, s->mask, id)]);
+}
+
+/* visit(s, i, ctx) for each i < n, in order, the lock held, STORE_BATCH
+ * at a time; after each batch, with the lock dropped, done(ctx) if given. */
+static void batch_walk(struct dmar_store *s, const struct dmar_id *ids, size_t n,
+		       void (*visit)(struct dmar_store *s, size_t i, void *ctx), void (*done)(void *ctx), void *ctx)
+{
+	for (size_t b = 0; b < n; b += STORE_BATCH) {
+		size_t end = n - b < STORE_BATCH ? n : b + STORE_BATCH;
+		pthread_mutex_lock(&s->lock);
+		for (size_t i = b; i < end && i < b + STORE_AHEAD; i++)
+			prefetch_slot(s, &ids[i]);
+		for (size_t i = b; i < end; i++) {
+			if (i + STORE_AHEAD < end)
+				prefetch_slot(s, &ids[i + STORE_AHEAD]);
+			visit(s, i, ctx);
+		}
+		pthread_mutex_unlock(&s->lock);
+		if (done)
+			done(ctx);
+	}
 }
 
 /* The lock held. */
@@ -386,49 +419,44 @@ int dmar_store_resolve(struct dmar_arena *a, struct dmar_id *id, unsigned idlen)
 	return r < 0 ? r : state == 0 ? 0 : state == 1 ? -ENOENT : -ENOTUNIQ;
 }
 
+struct resolve_walk {
+	struct dmar_id *ids;
+	unsigned idlen;
+	uint8_t *state;
+};
+
+static void resolve_visit(struct dmar_store *s, size_t i, void *ctx)
+{
+	struct resolve_walk *w = ctx;
+	int r = resolve_one(s, &w->ids[i], w->idlen);
+	w->state[i] = r == 0 ? 0 : r == -ENOENT ? 1 : 2;
+}
+
 int dmar_store_resolve_many(struct dmar_arena *a, struct dmar_id *ids, size_t n, unsigned idlen, uint8_t *state)
 {
-	struct dmar_store *s = a->store;
 	if (idlen < DMAR_STORE_PREFIX_MIN || idlen > DMAR_HASH_SIZE)
 		return -EINVAL;
-	for (size_t b = 0; b < n; b += STORE_BATCH) {
-		size_t end = n - b < STORE_BATCH ? n : b + STORE_BATCH;
-		pthread_mutex_lock(&s->lock);
-		for (size_t i = b; i < end && i < b + STORE_AHEAD; i++)
-			prefetch_slot(s, &ids[i]);
-		for (size_t i = b; i < end; i++) {
-			if (i + STORE_AHEAD < end)
-				prefetch_slot(s, &ids[i + STORE_AHEAD]);
-			int r = resolve_one(s, &ids[i], idlen);
-			state[i] = r == 0 ? 0 : r == -ENOENT ? 1 : 2;
-		}
-		pthread_mutex_unlock(&s->lock);
-	}
+	struct resolve_walk w = { .ids = ids, .idlen = idlen, .state = state };
+	batch_walk(a->store, ids, n, resolve_visit, NULL, &w);
 	return 0;
+}
+
+struct ref_walk {
+	const struct dmar_id *ids;
+	struct dmar_chunk_info *info;
+};
+
+static void ref_visit(struct dmar_store *s, size_t i, void *ctx)
+{
+	struct ref_walk *w = ctx;
+	struct slot *e = find(s, &w->ids[i]);
+	w->info[i] = e && ref_held(s, e) == 0 ? info_of(e) : (struct dmar_chunk_info){ 0 };
 }
 
 void dmar_store_ref_many(struct dmar_arena *a, const struct dmar_id *ids, size_t n, struct dmar_chunk_info *info)
 {
-	struct dmar_store *s = a->store;
-	for (size_t b = 0; b < n; b += STORE_BATCH) {
-		size_t end = n - b < STORE_BATCH ? n : b + STORE_BATCH;
-		pthread_mutex_lock(&s->lock);
-		for (size_t i = b; i < end && i < b + STORE_AHEAD; i++)
-			prefetch_slot(s, &ids[i]);
-		for (size_t i = b; i < end; i++) {
-			if (i + STORE_AHEAD < end)
-				prefetch_slot(s, &ids[i + STORE_AHEAD]);
-			struct slot *e = find(s, &ids[i]);
-			if (!e || ref_held(s, e) < 0) {
-				info[i] = (struct dmar_chunk_info){ 0 };
-				continue;
-			}
-			info[i] = (struct dmar_chunk_info){
-				.off = e->off, .stored_len = e->stored_len, .len = e->len, .enc = e->enc, .refs = e->refs,
-			};
-		}
-		pthread_mutex_unlock(&s->lock);
-	}
+	struct ref_walk w = { .ids = ids, .info = info };
+	batch_walk(a->store, ids, n, ref_visit, NULL, &w);
 }
 
 int dmar_store_ref_all(struct dmar_arena *a, const struct dmar_id *ids, size_t n, struct dmar_chunk_info *info)
@@ -446,40 +474,41 @@ int dmar_store_ref_all(struct dmar_arena *a, const struct dmar_id *ids, size_t n
 	return -ENOENT;
 }
 
-void dmar_store_unref_many(struct dmar_arena *a, const struct dmar_id *ids, size_t n)
-{
-	struct dmar_store *s = a->store;
+struct unref_walk {
+	struct dmar_arena *a;
+	const struct dmar_id *ids;
+	size_t ngone; /* entries of gone, this batch */
 	struct {
 		uint64_t off;
 		uint32_t len;
 	} gone[STORE_BATCH];
-	for (size_t b = 0; b < n; b += STORE_BATCH) {
-		size_t end = n - b < STORE_BATCH ? n : b + STORE_BATCH, ngone = 0;
-		pthread_mutex_lock(&s->lock);
-		for (size_t i = b; i < end && i < b + STORE_AHEAD; i++)
-			prefetch_slot(s, &ids[i]);
-		for (size_t i = b; i < end; i++) {
-			if (i + STORE_AHEAD < end)
-				prefetch_slot(s, &ids[i + STORE_AHEAD]);
-			struct slot *e = find(s, &ids[i]);
-			if (!e)
-				continue;
-			s->st.refs--;
-			if (--e->refs)
-				continue;
-			gone[ngone].off = e->off;
-			gone[ngone++].len = e->stored_len;
-			s->st.chunks--;
-			s->st.stored_bytes -= e->stored_len;
-			s->st.chunk_bytes -= e->len;
-			remove_slot(s, (uint64_t)(e - s->slots));
-		}
-		pthread_mutex_unlock(&s->lock);
-		/* Nobody can find those chunks any more, so their space can go. */
-		for (size_t k = 0; k < ngone; k++)
-			if (gone[k].len)
-				dmar_arena_release(a, gone[k].off, gone[k].len);
-	}
+};
+
+static void unref_visit(struct dmar_store *s, size_t i, void *ctx)
+{
+	struct unref_walk *w = ctx;
+	struct slot *e = find(s, &w->ids[i]);
+	if (!e)
+		return;
+	w->gone[w->ngone].len = 0;
+	unref_held(s, e, &w->gone[w->ngone].off, &w->gone[w->ngone].len);
+	if (w->gone[w->ngone].len)
+		w->ngone++;
+}
+
+/* Nobody can find the batch's freed chunks any more, so their space can go. */
+static void unref_done(void *ctx)
+{
+	struct unref_walk *w = ctx;
+	for (size_t k = 0; k < w->ngone; k++)
+		dmar_arena_release(w->a, w->gone[k].off, w->gone[k].len);
+	w->ngone = 0;
+}
+
+void dmar_store_unref_many(struct dmar_arena *a, const struct dmar_id *ids, size_t n)
+{
+	struct unref_walk w = { .a = a, .ids = ids };
+	batch_walk(a->store, ids, n, unref_visit, unref_done, &w);
 }
 
 void dmar_store_stats(struct dmar_arena *a, struct dmar_store_stats *st)
