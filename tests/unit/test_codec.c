@@ -1038,20 +1038,29 @@ static int encode_positional(const struct dmar_encoder_opts *base, const uint8_t
 	return r;
 }
 
+/* The positional tests' input: 7 MiB of text then random bytes (zstd and
+ * raw blocks of different sizes, so every offset depends on the blocks
+ * before it), and a reference set holding the first 3 MiB of the random
+ * bytes, for thin artifacts. */
+#define POSITIONAL_LEN (13u << 20)
+static uint8_t *positional_input(struct dmar_refset **rs)
+{
+	uint8_t *in = malloc(POSITIONAL_LEN);
+	assert_non_null(in);
+	memcpy(in, G.text, 7u << 20);
+	memcpy(in + (7u << 20), G.random, POSITIONAL_LEN - (7u << 20));
+	struct dmar_error rerr = { 0 };
+	assert_int_equal(dmar_refset_new(rs, &G.ck_default), 0);
+	assert_int_equal(dmar_refset_add_mem(*rs, G.random, 3u << 20, 1, &rerr), 0);
+	return in;
+}
+
 static void test_encoder_positional(void **state)
 {
 	(void)state;
-	/* Text then random: zstd and raw blocks of different sizes, so the
-	 * offsets depend on every block before. */
-	const size_t len = 13u << 20;
-	uint8_t *in = malloc(len);
-	assert_non_null(in);
-	memcpy(in, G.text, 7u << 20);
-	memcpy(in + (7u << 20), G.random, len - (7u << 20));
+	const size_t len = POSITIONAL_LEN;
 	struct dmar_refset *rs;
-	struct dmar_error rerr = { 0 };
-	assert_int_equal(dmar_refset_new(&rs, &G.ck_default), 0);
-	assert_int_equal(dmar_refset_add_mem(rs, G.random, 3u << 20, 1, &rerr), 0);
+	uint8_t *in = positional_input(&rs);
 	const int levels[] = { 0, 3 };
 	for (int thin = 0; thin < 2; thin++) {
 		for (size_t li = 0; li < 2; li++) {
@@ -1111,15 +1120,9 @@ static void test_encoder_positional(void **state)
 static void test_decoder_positional(void **state)
 {
 	(void)state;
-	const size_t len = 13u << 20;
-	uint8_t *in = malloc(len);
-	assert_non_null(in);
-	memcpy(in, G.text, 7u << 20);
-	memcpy(in + (7u << 20), G.random, len - (7u << 20));
+	const size_t len = POSITIONAL_LEN;
 	struct dmar_refset *rs;
-	struct dmar_error rerr = { 0 };
-	assert_int_equal(dmar_refset_new(&rs, &G.ck_default), 0);
-	assert_int_equal(dmar_refset_add_mem(rs, G.random, 3u << 20, 1, &rerr), 0);
+	uint8_t *in = positional_input(&rs);
 	for (int thin = 0; thin < 2; thin++) {
 		for (int level = 0; level <= 3; level += 3) {
 			struct dmar_encoder_opts eo = eopts(&G.ck_default, level, NULL, 2);

@@ -1111,7 +1111,8 @@ static void test_fetch(void **state)
 
 /* ---- commit and recipes ------------------------------------------------------ */
 
-static uint8_t *make_recipe(struct tchunk *c, int n, size_t *len)
+/* The file of c[0..n) then a 4096-byte hole (rc.e malloc'd). */
+static struct dmar_recipe sample_file(struct tchunk *c, int n)
 {
 	struct dmar_recipe rc = { .mode = 0640, .mtime_sec = 1700000000, .n = (size_t)n + 1 };
 	rc.e = calloc(rc.n, sizeof(*rc.e));
@@ -1121,6 +1122,12 @@ static uint8_t *make_recipe(struct tchunk *c, int n, size_t *len)
 	}
 	rc.e[n] = (struct dmar_recipe_entry){ .len = 4096, .kind = DMAR_RECIPE_HOLE };
 	rc.size += 4096;
+	return rc;
+}
+
+static uint8_t *make_recipe(struct tchunk *c, int n, size_t *len)
+{
+	struct dmar_recipe rc = sample_file(c, n);
 	*len = dmar_recipe_wire_size(rc.n);
 	uint8_t *b = malloc(*len);
 	dmar_recipe_write(&rc, b, NULL);
@@ -1203,14 +1210,7 @@ static void test_commit(void **state)
  * *len its bytes; the id it carries is the full recipe's, or *bad_id. */
 static uint8_t *make_short(struct tchunk *c, int n, const struct dmar_id *bad_id, size_t *len)
 {
-	struct dmar_recipe rc = { .mode = 0640, .mtime_sec = 1700000000, .n = (size_t)n + 1 };
-	rc.e = calloc(rc.n, sizeof(*rc.e));
-	for (int i = 0; i < n; i++) {
-		rc.e[i] = (struct dmar_recipe_entry){ .id = c[i].id, .len = c[i].len, .kind = DMAR_RECIPE_CHUNK };
-		rc.size += c[i].len;
-	}
-	rc.e[n] = (struct dmar_recipe_entry){ .len = 4096, .kind = DMAR_RECIPE_HOLE };
-	rc.size += 4096;
+	struct dmar_recipe rc = sample_file(c, n);
 	uint8_t *full = malloc(dmar_recipe_wire_size(rc.n)), *b = malloc(dmar_recipe_short_max_size(rc.n));
 	struct dmar_id id;
 	dmar_recipe_write(&rc, full, &id);
