@@ -61,24 +61,282 @@ static void ext_drop(struct dmar_fsctx *c, struct dmar_extent *e)
 	e->kind = EXT_HOLE;
 }
 
-void dmar_file_clear(struct dmar_file *f, struct dmar_fsctx *c)
+/* Drop n extents: the chunk references in one batch (a 1 GiB file holds
+ * 32768); one by one if there is no memory for the list. */
+static void drop_all(struct dmar_fsctx *c, struct dmar_extent *ext, size_t n)
 {
-	/* The chunk references in one batch (a 1 GiB file holds 32768);
-	 * one by one if there is no memory for the list. */
-	struct dmar_id *ids = f->n > 1 ? malloc(f->n * sizeof(*ids)) : NULL;
+	struct dmar_id *ids = n > 1 ? malloc(n * sizeof(*ids)) : NULL;
 	size_t nids = 0;
-	for (size_t i = 0; i < f->n; i++) {
-		if (ids && f->ext[i].kind == EXT_CHUNK) {
-			ids[nids++] = f->ext[i].id;
-			f->ext[i].kind = EXT_HOLE;
+	for (size_t i = 0; i < n; i++) {
+		if (ids && ext[i].kind == EXT_CHUNK) {
+			ids[nids++] = ext[i].id;
+			ext[i].kind = EXT_HOLE;
 		} else {
-			ext_drop(c, &f->ext[i]);
+			ext_drop(c, &ext[i]);
 		}
 	}
 	if (nids)
 		dmar_store_unref_many(c->arena, ids, nids);
 	free(ids);
-	free(f->ext);
+}
+
+/* ---- shared extent tables ---------------------------------------------- */
+
+/*
+ * An extent table shared read-only by the files that show the same
+ * content: a whole file copied with copy_file_range, a commit of content
+ * the node holds under another name.  Cloning a 1 GiB file is then one
+ * reference, where a copy of its 32768 extents costs 2.5 MiB of fresh
+ * memory (page faults) and a chunk reference per extent, at each end of a
+ * transfer.  The table holds one chunk reference per extent for all its
+ * files.  Chunks and holes only: a RAW allocation has one owner.
+ */
+struct dmar_xtab {
+	atomic_size_t refs;      /* files showing it */
+	struct dmar_extent *ext; /* n of them, cap allocated */
+	size_t n, cap;
+	uint64_t size;
+	/* protected by tab_mu: */
+	bool published;          /* cid is its content id */
+	struct dmar_id cid;
+	struct dmar_content_index *index; /* the index it is in, or NULL */
+	struct dmar_xtab *next;  /* that index's chain */
+};
+
+/* Content id -> published table, chained buckets (a power of two). */
+struct dmar_content_index {
+	struct dmar_xtab **b;
+	size_t nb, n;
+};
+
+/* One lock for every index and every table's publication: taken once per
+ * publish, lookup and table death, never around work per extent. */
+static pthread_mutex_t tab_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static size_t bucket_of(const struct dmar_content_index *x, const struct dmar_id *cid)
+{
+	uint64_t h;
+	memcpy(&h, cid->b, sizeof(h)); /* a SHA-256: already uniform */
+	return (size_t)(h & (x->nb - 1));
+}
+
+struct dmar_content_index *dmar_content_index_new(void)
+{
+	struct dmar_content_index *x = calloc(1, sizeof(*x));
+	if (x && !(x->b = calloc(x->nb = 64, sizeof(*x->b)))) {
+		free(x);
+		x = NULL;
+	}
+	return x;
+}
+
+void dmar_content_index_free(struct dmar_content_index *x)
+{
+	if (!x)
+		return;
+	free(x->b);
+	free(x);
+}
+
+/* tab_mu held: the published table of x with content cid and size. */
+static struct dmar_xtab *index_find(struct dmar_content_index *x, const struct dmar_id *cid, uint64_t size)
+{
+	for (struct dmar_xtab *t = x->b[bucket_of(x, cid)]; t; t = t->next)
+		if (t->size == size && !memcmp(t->cid.b, cid->b, DMAR_HASH_SIZE))
+			return t;
+	return NULL;
+}
+
+/* tab_mu held.  Out of memory to grow is no error: chains get longer. */
+static void index_add(struct dmar_content_index *x, struct dmar_xtab *t)
+{
+	if (x->n >= x->nb) {
+		struct dmar_xtab **nb = calloc(2 * x->nb, sizeof(*nb));
+		if (nb) {
+			struct dmar_content_index y = { .b = nb, .nb = 2 * x->nb };
+			for (size_t i = 0; i < x->nb; i++)
+				for (struct dmar_xtab *u = x->b[i], *next; u; u = next) {
+					next = u->next;
+					size_t k = bucket_of(&y, &u->cid);
+					u->next = nb[k];
+					nb[k] = u;
+				}
+			free(x->b);
+			x->b = nb;
+			x->nb = y.nb;
+		}
+	}
+	size_t k = bucket_of(x, &t->cid);
+	t->next = x->b[k];
+	x->b[k] = t;
+	t->index = x;
+	x->n++;
+}
+
+/* tab_mu held. */
+static void index_remove(struct dmar_xtab *t)
+{
+	struct dmar_content_index *x = t->index;
+	if (!x)
+		return;
+	for (struct dmar_xtab **p = &x->b[bucket_of(x, &t->cid)]; *p; p = &(*p)->next)
+		if (*p == t) {
+			*p = t->next;
+			x->n--;
+			break;
+		}
+	t->index = NULL;
+}
+
+static void tab_put(struct dmar_xtab *t, struct dmar_fsctx *c)
+{
+	if (atomic_fetch_sub(&t->refs, 1) != 1)
+		return;
+	/* The last file: no new reference can come but from the index,
+	 * whose lookups skip a table at 0. */
+	pthread_mutex_lock(&tab_mu);
+	index_remove(t);
+	pthread_mutex_unlock(&tab_mu);
+	drop_all(c, t->ext, t->n);
+	free(t->ext);
+	free(t);
+}
+
+/* f shows table t from now on (t's reference is the caller's). */
+static void show_tab(struct dmar_file *f, struct dmar_xtab *t)
+{
+	f->tab = t;
+	f->ext = t->ext;
+	f->n = t->n;
+	f->cap = 0;
+	f->size = t->size;
+	f->dirty = false;
+}
+
+/* f's extents as a table (f held exclusively): -EAGAIN if some are RAW. */
+static int tab_of(struct dmar_file *f, struct dmar_xtab **out)
+{
+	if (!f->tab) {
+		for (size_t i = 0; i < f->n; i++)
+			if (f->ext[i].kind == EXT_RAW)
+				return -EAGAIN;
+		struct dmar_xtab *t = calloc(1, sizeof(*t));
+		if (!t)
+			return -ENOMEM;
+		atomic_init(&t->refs, 1);
+		t->ext = f->ext;
+		t->n = f->n;
+		t->cap = f->cap;
+		t->size = f->size;
+		show_tab(f, t);
+	}
+	*out = f->tab;
+	return 0;
+}
+
+/* Before f changes: give it extents of its own.  A table only f shows
+ * is taken over; otherwise f gets a copy with its own chunk references. */
+static int own(struct dmar_file *f, struct dmar_fsctx *c)
+{
+	struct dmar_xtab *t = f->tab;
+	if (!t)
+		return 0;
+	pthread_mutex_lock(&tab_mu);
+	/* Under tab_mu no lookup can add a reference: 1 stays 1. */
+	if (atomic_load(&t->refs) == 1) {
+		index_remove(t);
+		pthread_mutex_unlock(&tab_mu);
+		f->tab = NULL;
+		f->cap = t->cap;
+		free(t);
+		return 0;
+	}
+	pthread_mutex_unlock(&tab_mu);
+	struct dmar_extent *e = malloc((t->n ? t->n : 1) * sizeof(*e));
+	struct dmar_id *ids = malloc((t->n ? t->n : 1) * sizeof(*ids));
+	struct dmar_chunk_info *info = malloc((t->n ? t->n : 1) * sizeof(*info));
+	int r = -ENOMEM;
+	if (e && ids && info) {
+		size_t nids = 0;
+		for (size_t i = 0; i < t->n; i++)
+			if (t->ext[i].kind == EXT_CHUNK)
+				ids[nids++] = t->ext[i].id;
+		/* The table holds each of them: none can be missing. */
+		r = dmar_store_ref_all(c->arena, ids, nids, info);
+	}
+	free(ids);
+	free(info);
+	if (r < 0) {
+		free(e);
+		return r == -ENOENT ? -EIO : r;
+	}
+	memcpy(e, t->ext, t->n * sizeof(*e));
+	f->tab = NULL;
+	f->ext = e;
+	f->cap = t->n ? t->n : 1;
+	tab_put(t, c);
+	return 0;
+}
+
+bool dmar_file_content_known(const struct dmar_file *f, struct dmar_id *cid)
+{
+	bool known = false;
+	if (!f->tab)
+		return false;
+	pthread_mutex_lock(&tab_mu);
+	if ((known = f->tab->published))
+		*cid = f->tab->cid;
+	pthread_mutex_unlock(&tab_mu);
+	return known;
+}
+
+int dmar_file_publish(struct dmar_file *f, struct dmar_fsctx *c, const struct dmar_id *cid)
+{
+	struct dmar_xtab *t;
+	int r = tab_of(f, &t);
+	if (r < 0)
+		return r;
+	pthread_mutex_lock(&tab_mu);
+	if (!t->published) {
+		t->published = true;
+		t->cid = *cid;
+		/* One table per content is enough to clone from. */
+		if (c->index && !index_find(c->index, cid, t->size))
+			index_add(c->index, t);
+	}
+	pthread_mutex_unlock(&tab_mu);
+	return 0;
+}
+
+int dmar_file_from_content(struct dmar_file *f, struct dmar_fsctx *c, const struct dmar_id *cid, uint64_t size)
+{
+	struct dmar_xtab *t = NULL;
+	if (!c->index)
+		return -ENOENT;
+	pthread_mutex_lock(&tab_mu);
+	struct dmar_xtab *u = index_find(c->index, cid, size);
+	size_t refs = u ? atomic_load(&u->refs) : 0;
+	/* A table at 0 refs is on its way out: not ours to revive. */
+	while (refs && !atomic_compare_exchange_weak(&u->refs, &refs, refs + 1))
+		;
+	if (refs)
+		t = u;
+	pthread_mutex_unlock(&tab_mu);
+	if (!t)
+		return -ENOENT;
+	dmar_file_clear(f, c);
+	show_tab(f, t);
+	return 0;
+}
+
+void dmar_file_clear(struct dmar_file *f, struct dmar_fsctx *c)
+{
+	if (f->tab)
+		tab_put(f->tab, c);
+	else {
+		drop_all(c, f->ext, f->n);
+		free(f->ext);
+	}
 	uint64_t gen = f->gen;
 	dmar_file_init(f);
 	f->gen = gen + 1;
@@ -421,6 +679,9 @@ int dmar_file_write_with(struct dmar_file *f, struct dmar_fsctx *c, uint64_t off
 	f->gen++;
 	if (!len)
 		return 0;
+	int ro = own(f, c);
+	if (ro < 0)
+		return ro;
 	if (off > UINT64_MAX - len)
 		return -EFBIG;
 	uint64_t end = off + len, old_size = f->size;
@@ -477,12 +738,17 @@ fail:
 int dmar_file_truncate(struct dmar_file *f, struct dmar_fsctx *c, uint64_t size)
 {
 	f->gen++;
-	if (size >= f->size)
-		return append_hole(f, size - f->size);
+	if (size == f->size)
+		return 0;
 	if (size == 0) {
 		dmar_file_clear(f, c);
 		return 0;
 	}
+	int r = own(f, c);
+	if (r < 0)
+		return r;
+	if (size > f->size)
+		return append_hole(f, size - f->size);
 	size_t i = find(f, size);
 	struct dmar_extent *e = &f->ext[i];
 	size_t first_gone = i + 1;
@@ -502,6 +768,9 @@ int dmar_file_punch(struct dmar_file *f, struct dmar_fsctx *c, uint64_t off, uin
 	f->gen++;
 	if (off >= f->size || !len)
 		return 0;
+	int ro = own(f, c);
+	if (ro < 0)
+		return ro;
 	uint64_t end = len > f->size - off ? f->size : off + len;
 	int r;
 	if ((r = reserve(f, 3)) < 0 || (r = split_at(f, c, off)) < 0 || (r = split_at(f, c, end)) < 0)
@@ -520,6 +789,9 @@ int dmar_file_allocate(struct dmar_file *f, struct dmar_fsctx *c, uint64_t off, 
 	f->gen++;
 	if (!len)
 		return 0;
+	int ro = own(f, c);
+	if (ro < 0)
+		return ro;
 	if (off > UINT64_MAX - len)
 		return -EFBIG;
 	uint64_t end = off + len, old_size = f->size;
@@ -773,7 +1045,9 @@ int dmar_file_encode_commit(struct dmar_file *f, struct dmar_fsctx *c, struct dm
 {
 	if (!p)
 		return 0;
-	if (p->gen != f->gen) {
+	/* A plan comes from RAW extents, which a shared table never has:
+	 * if f shows one now, it changed since prepare (gen below). */
+	if (p->gen != f->gen || f->tab) {
 		plan_free(p, c, true);
 		return -EAGAIN;
 	}
@@ -824,6 +1098,21 @@ ssize_t dmar_file_share(struct dmar_file *dst, struct dmar_file *src, struct dma
 		len = src->size - soff;
 	int r;
 	if (src->dirty && c->encode != DMAR_ENCODE_NONE && (r = dmar_file_encode(src, c)) < 0)
+		return r;
+	if (doff == 0 && soff == 0 && len == src->size && dst->size == 0 && !dst->tab) {
+		/* All of src into an empty file: share src's table. */
+		struct dmar_xtab *t;
+		if ((r = tab_of(src, &t)) == 0) {
+			atomic_fetch_add(&t->refs, 1);
+			dmar_file_clear(dst, c);
+			show_tab(dst, t);
+			return (ssize_t)len;
+		}
+		if (r != -EAGAIN)
+			return r;
+		/* RAW extents (encode=none): copied below. */
+	}
+	if ((r = own(dst, c)) < 0)
 		return r;
 	/* Collect src's extents for the range: one allocation (the range's
 	 * extent count is known), the chunk references in one batch. */

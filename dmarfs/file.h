@@ -37,6 +37,8 @@ enum dmar_encode_mode {
 	DMAR_ENCODE_ZSTD = 2,  /* chunk + dedup + zstd (with the byte pack if any) */
 };
 
+struct dmar_content_index;
+
 /* What every file of one mount shares. */
 struct dmar_fsctx {
 	struct dmar_arena *arena;
@@ -44,9 +46,11 @@ struct dmar_fsctx {
 	enum dmar_encode_mode encode;
 	int level;
 	struct dmar_bytepack *pack; /* optional */
+	struct dmar_content_index *index; /* optional: see dmar_file_publish */
 };
 
 struct dmar_extent;
+struct dmar_xtab;
 
 struct dmar_file {
 	uint64_t size;
@@ -61,6 +65,10 @@ struct dmar_file {
 	 * exclusive lock. */
 	_Atomic uint64_t stats_gen;
 	_Atomic uint64_t stats[6];
+	/* Not NULL: ext is this extent table's, shared read-only with other
+	 * files of the same content (n as ext, cap 0); the file's first
+	 * change copies it (copy on write).  See dmar_file_share. */
+	struct dmar_xtab *tab;
 };
 
 void dmar_file_init(struct dmar_file *f);
@@ -89,7 +97,9 @@ int dmar_file_allocate(struct dmar_file *f, struct dmar_fsctx *c, uint64_t off, 
 int dmar_file_punch(struct dmar_file *f, struct dmar_fsctx *c, uint64_t off, uint64_t len);
 /* Make dst's [doff, doff+len) share src's [soff, soff+len) (which is
  * encoded first if dirty): no bytes are copied for encoded data.  Returns
- * the bytes copied (less than len at src's EOF) or -errno. */
+ * the bytes copied (less than len at src's EOF) or -errno.  A copy of all
+ * of an encoded src into an empty dst (cp of a whole file) shares src's
+ * extent table itself: one reference, whatever the file's size. */
 ssize_t dmar_file_share(struct dmar_file *dst, struct dmar_file *src, struct dmar_fsctx *c, uint64_t doff,
 			uint64_t soff, uint64_t len);
 /* Encode all RAW extents into chunks (step by step, as below). */
@@ -143,6 +153,30 @@ int dmar_file_recipe(const struct dmar_file *f, struct dmar_recipe *r);
  * -EINVAL if an entry shows bytes beyond its chunk's length, -ENOMEM. */
 int dmar_file_from_recipe(struct dmar_file *f, struct dmar_fsctx *c, const struct dmar_recipe *r,
 			  struct dmar_id **missing, size_t *nmissing);
+/*
+ * Content ids (net/wire.h: the SHA-256 of a recipe's entries).  A mount's
+ * index (c->index) maps the content ids it has seen to the extent tables
+ * that hold them, so that a peer's commit of content this node holds
+ * under another name is a table reference (dmar_file_from_content)
+ * rather than a recipe of 32768 entries completed, checked and
+ * referenced chunk by chunk.  The index does not keep a table alive: the
+ * last file to drop one takes it out.
+ */
+struct dmar_content_index *dmar_content_index_new(void); /* NULL on ENOMEM */
+/* Every table must be gone (every file cleared) first. */
+void dmar_content_index_free(struct dmar_content_index *x);
+/* f's content id if it is known (f shares a published table). */
+bool dmar_file_content_known(const struct dmar_file *f, struct dmar_id *cid);
+/* Record that f (all chunks and holes, as after dmar_file_from_recipe or
+ * a successful dmar_file_recipe; the caller holds f exclusively) has
+ * content id cid, the one its recipe gives: f's extents become a shared
+ * table, in c->index under cid unless another table is there.  0, -EAGAIN
+ * (RAW extents), -ENOMEM. */
+int dmar_file_publish(struct dmar_file *f, struct dmar_fsctx *c, const struct dmar_id *cid);
+/* Replace f's contents by those of the published table with content id
+ * cid and size bytes: 0, or -ENOENT if c's index has none (f unchanged). */
+int dmar_file_from_content(struct dmar_file *f, struct dmar_fsctx *c, const struct dmar_id *cid, uint64_t size);
+
 /* Chunk id of c's store in wire form: raw or zstd frames point into the
  * arena (valid while the caller holds a reference); a byte-pack chunk is
  * decoded into *buf (malloc'd, else NULL), since a peer may lack the pack.

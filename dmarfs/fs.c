@@ -1325,10 +1325,16 @@ int dmarfs_new(struct dmarfs **out, const struct dmarfs_config *cfg)
 		return -ENOMEM;
 	fs->cfg = *cfg;
 	fs->next_ino = 1;
+	/* The mount's content index, unless the caller brought one. */
+	if (!fs->cfg.ctx.index && !(fs->cfg.ctx.index = fs->own_index = dmar_content_index_new())) {
+		free(fs);
+		return -ENOMEM;
+	}
 	pthread_mutex_init(&fs->ns, NULL);
 	pthread_cond_init(&fs->idle_cond, NULL);
 	fs->root = fs_inode_new(fs, S_IFDIR | (cfg->root_mode & 07777), cfg->root_uid, cfg->root_gid);
 	if (!fs->root) {
+		dmar_content_index_free(fs->own_index);
 		free(fs);
 		return -ENOMEM;
 	}
@@ -1365,5 +1371,6 @@ void dmarfs_free(struct dmarfs *fs)
 		inode_destroy(fs, fs->all);
 	pthread_cond_destroy(&fs->idle_cond);
 	pthread_mutex_destroy(&fs->ns);
+	dmar_content_index_free(fs->own_index); /* every file is gone */
 	free(fs);
 }

@@ -81,6 +81,7 @@ struct dmarfs {
 	struct fuse_session *se;      /* for cache notifications; set before mounting */
 	struct dmarfs_node *node;     /* node.c: the REST API and the peers, or NULL */
 	struct dmarfs_remote *remote; /* remote.c: the @PEER paths, or NULL */
+	struct dmar_content_index *own_index; /* cfg.ctx.index when dmarfs_new made it */
 };
 
 #define ENTRY_INO(e) ((struct inode *)(e)->ino)

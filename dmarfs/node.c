@@ -69,6 +69,8 @@ struct dmarfs_node {
 	 * last one's figures (what its client counted), under xfer_lock. */
 	pthread_mutex_t xfer_lock;
 	uint64_t xfers_done, xfers_failed;
+	/* files committed here: from a recipe, from content held (clone) */
+	_Atomic uint64_t commits_recipe, commits_content;
 	json_t *xfer_last;
 };
 
@@ -376,6 +378,10 @@ static int op_info(void *ctx, json_t **out, struct dmar_error *err)
 		json_object_set_new(*out, "transfers", xfers);
 	else
 		json_decref(xfers);
+	if (*out)
+		json_object_set_new(*out, "commits",
+				    json_pack("{s:I, s:I}", "recipe", (json_int_t)atomic_load(&n->commits_recipe),
+					      "content", (json_int_t)atomic_load(&n->commits_content)));
 	return *out ? 0 : -ENOMEM;
 }
 
@@ -551,10 +557,11 @@ static int link_new(struct dmarfs *fs, struct inode *d, const char *leaf, struct
 	return 0;
 }
 
-static int op_commit(void *ctx, const char *path, const struct dmar_recipe *rc, bool noreplace, json_t **out,
-		     struct dmar_error *err)
+/* Make the file at path from rc's entries, or (rc->e NULL) from the
+ * content the mount holds under cid; publish it under cid. */
+static int make_file(struct dmarfs_node *n, const char *path, const struct dmar_recipe *rc,
+		     const struct dmar_id *cid, bool noreplace, json_t **out, struct dmar_error *err)
 {
-	struct dmarfs_node *n = ctx;
 	struct dmarfs *fs = n->fs;
 	char leaf[256];
 	struct inode *d;
@@ -576,7 +583,14 @@ static int op_commit(void *ctx, const char *path, const struct dmar_recipe *rc, 
 	struct dmar_id *miss = NULL;
 	size_t nmiss = 0;
 	pthread_rwlock_wrlock(&i->lock);
-	r = dmar_file_from_recipe(&i->f, &fs->cfg.ctx, rc, &miss, &nmiss);
+	if (rc->e || !rc->n) {
+		r = dmar_file_from_recipe(&i->f, &fs->cfg.ctx, rc, &miss, &nmiss);
+		/* Publishing is an optimisation: a failure leaves it out. */
+		if (!r && cid)
+			(void)dmar_file_publish(&i->f, &fs->cfg.ctx, cid);
+	} else {
+		r = dmar_file_from_content(&i->f, &fs->cfg.ctx, cid, rc->size);
+	}
 	i->mtime = (struct timespec){ .tv_sec = rc->mtime_sec, .tv_nsec = rc->mtime_nsec };
 	pthread_rwlock_unlock(&i->lock);
 	if (r == -ENODATA) {
@@ -600,9 +614,27 @@ static int op_commit(void *ctx, const char *path, const struct dmar_recipe *rc, 
 	pthread_mutex_unlock(&fs->ns);
 	if (r < 0)
 		return r;
-	stage_release(n, rc);
+	if (rc->e)
+		stage_release(n, rc);
+	atomic_fetch_add(rc->e || !rc->n ? &n->commits_recipe : &n->commits_content, 1);
 	inval(fs, parent, leaf);
 	return 0;
+}
+
+static int op_commit(void *ctx, const char *path, const struct dmar_recipe *rc, const struct dmar_id *cid,
+		     bool noreplace, json_t **out, struct dmar_error *err)
+{
+	return make_file(ctx, path, rc, cid, noreplace, out, err);
+}
+
+static int op_clone(void *ctx, const char *path, const struct dmar_recipe *head, const struct dmar_id *cid,
+		    bool noreplace, json_t **out, struct dmar_error *err)
+{
+	struct dmar_recipe h = *head;
+	h.e = NULL;
+	if (!h.n) /* an empty file: its recipe says it all */
+		return -ENOENT;
+	return make_file(ctx, path, &h, cid, noreplace, out, err);
 }
 
 /* Encode i so that it is all chunks and holes, and take its recipe with
@@ -712,7 +744,7 @@ static int op_transfer(void *ctx, const char *path, const char *to, const char *
 	if (r < 0)
 		return r;
 	struct dmar_xfer_stats st;
-	r = dmarfs_node_ship(n, to, path, dest, &rc, false, &st, err);
+	r = dmarfs_node_ship(n, to, path, dest, &rc, NULL, false, &st, err);
 	dmarfs_node_unpin(CTX(n), &rc);
 	dmar_recipe_free(&rc);
 	if (r < 0)
@@ -736,6 +768,7 @@ static const struct dmar_node_ops node_ops = {
 	.resolve = op_resolve,
 	.put_chunk = op_put_chunk,
 	.commit = op_commit,
+	.clone = op_clone,
 	.recipe = op_recipe,
 	.get_chunk = op_get_chunk,
 	.transfer = op_transfer,
@@ -830,7 +863,8 @@ static void on_progress(void *ctx, const struct dmar_xfer_stats *st)
 }
 
 int dmarfs_node_ship(struct dmarfs_node *n, const char *to, const char *src, const char *dest,
-		     const struct dmar_recipe *r, bool noreplace, struct dmar_xfer_stats *st, struct dmar_error *err)
+		     const struct dmar_recipe *r, const struct dmar_id *cid, bool noreplace, struct dmar_xfer_stats *st,
+		     struct dmar_error *err)
 {
 	struct dmar_client *cl = dmarfs_node_peer(n, to);
 	memset(st, 0, sizeof(*st));
@@ -847,7 +881,7 @@ int dmarfs_node_ship(struct dmarfs_node *n, const char *to, const char *src, con
 			dmar_server_event(n->server, ev);
 	}
 	struct dmar_chunk_source cs = { .get = src_get, .put = src_put, .ctx = n };
-	int rc = dmar_client_push(cl, dest, r, &cs, noreplace, p.base ? on_progress : NULL, &p, st, err);
+	int rc = dmar_client_push(cl, dest, r, cid, &cs, noreplace, p.base ? on_progress : NULL, &p, st, err);
 	dmarfs_remote_changed(n->fs); /* even a failed push may have changed the peer */
 	json_t *ev = p.base ? xfer_event(rc < 0 ? "transfer.failed" : "transfer.done", p.base, st) : NULL;
 	if (ev && rc < 0) {

@@ -58,10 +58,12 @@ struct dmar_client *dmarfs_node_peer(struct dmarfs_node *n, const char *name);
  * every chunk of which the caller keeps referenced until this returns.
  * Sends events (transfer.started/progress/done/failed) to the node's
  * websocket clients.  st gets the figures (also on failure).  Returns 0 or
- * the peer's or the network's -errno, with err.
+ * the peer's or the network's -errno, with err.  cid: r's content id if
+ * the caller knows it (NULL: computed).
  */
 int dmarfs_node_ship(struct dmarfs_node *n, const char *to, const char *src, const char *dest,
-		     const struct dmar_recipe *r, bool noreplace, struct dmar_xfer_stats *st, struct dmar_error *err);
+		     const struct dmar_recipe *r, const struct dmar_id *cid, bool noreplace, struct dmar_xfer_stats *st,
+		     struct dmar_error *err);
 
 /* Take (pin) or drop one reference on every chunk entry of r: a recipe
  * taken under a file's lock stays shippable after the lock is dropped.

@@ -777,8 +777,12 @@ int dmar_client_query(struct dmar_client *c, const struct dmar_id *ids, size_t n
 
 /* PUT the recipe (ctype: full or short); *status the HTTP status (0 if
  * none came). */
+/* content: the recipe's content id, sent as X-Dmar-Content (NULL: not
+ * sent), so that a peer holding that content under another name makes
+ * the file from it without reading the recipe. */
 static int commit_one(struct dmar_client *c, const char *path, const char *ctype, const uint8_t *recipe, size_t len,
-		      bool noreplace, json_t **out, struct tally *t, long *status, struct dmar_error *err)
+		      const struct dmar_id *content, bool noreplace, json_t **out, struct tally *t, long *status,
+		      struct dmar_error *err)
 {
 	struct call k;
 	int r = call_begin(&k, c, "PUT", "/v1/files/", path, err);
@@ -786,6 +790,13 @@ static int commit_one(struct dmar_client *c, const char *path, const char *ctype
 		goto out;
 	if (noreplace && (r = call_header(&k, "If-None-Match: *")) < 0)
 		goto out;
+	if (content) {
+		char h[32 + DMAR_HASH_HEX_SIZE];
+		memcpy(h, "X-Dmar-Content: ", 16);
+		dmar_hex(content->b, DMAR_HASH_SIZE, h + 16);
+		if ((r = call_header(&k, h)) < 0)
+			goto out;
+	}
 	/* A refusal as a bitmap over the recipe, not an id list (push). */
 	if ((r = call_header(&k, "X-Dmar-Missing-As: bits")) < 0)
 		goto out;
@@ -828,7 +839,7 @@ int dmar_client_commit(struct dmar_client *c, const char *path, const struct dma
 		return -ENOMEM;
 	struct tally t = { 0 };
 	long status = 0;
-	int ret = commit_one(c, path, CT_RECIPE, b, len, noreplace, out, &t, &status, err);
+	int ret = commit_one(c, path, CT_RECIPE, b, len, NULL, noreplace, out, &t, &status, err);
 	free(b);
 	return ret;
 }
@@ -1581,8 +1592,8 @@ static int query_todo(struct push *p, uint8_t *missing, uint32_t *todo, size_t *
 }
 
 int dmar_client_push(struct dmar_client *c, const char *path, const struct dmar_recipe *r,
-		     const struct dmar_chunk_source *src, bool noreplace, dmar_xfer_progress_fn progress,
-		     void *pctx, struct dmar_xfer_stats *st, struct dmar_error *err)
+		     const struct dmar_id *cid, const struct dmar_chunk_source *src, bool noreplace,
+		     dmar_xfer_progress_fn progress, void *pctx, struct dmar_xfer_stats *st, struct dmar_error *err)
 {
 	struct push p;
 	memset(&p, 0, sizeof(p));
@@ -1604,10 +1615,17 @@ int dmar_client_push(struct dmar_client *c, const char *path, const struct dmar_
 	p.e.st.chunks = p.e.set.n;
 	missing = malloc(p.e.set.n ? p.e.set.n : 1);
 	todo = malloc((p.e.set.n ? p.e.set.n : 1) * sizeof(*todo));
-	struct dmar_id rid;
-	rb = recipe_bytes(r, &rlen, &rid);
+	/* The recipe id from the content id: a file whose content id is
+	 * known (a copy of one shipped before) is not hashed again. */
+	struct dmar_id rid, content;
+	if (cid) {
+		content = *cid;
+		dmar_recipe_id_of(r, r->n, &content, &rid);
+	} else if ((ret = dmar_recipe_ids(r, &rid, &content)) < 0) {
+		goto out;
+	}
 	sb = malloc(dmar_recipe_short_max_size(r->n));
-	if (!missing || !todo || !rb || !sb) {
+	if (!missing || !todo || !sb) {
 		ret = -ENOMEM;
 		goto out;
 	}
@@ -1624,6 +1642,7 @@ int dmar_client_push(struct dmar_client *c, const char *path, const struct dmar_
 	 * prefix ambiguous, gets the full recipe.
 	 */
 	bool use_short = !atomic_load(&c->no_short);
+	unsigned ntries = 0;
 	for (int attempt = 0;;) {
 		if (ntodo && (ret = push_upload(&p, todo, ntodo, &t.rounds)) < 0)
 			goto out;
@@ -1631,8 +1650,16 @@ int dmar_client_push(struct dmar_client *c, const char *path, const struct dmar_
 		json_t *ans = NULL;
 		struct dmar_error cerr = { 0 };
 		long status = 0;
+		if (!use_short && !rb && !(rb = recipe_bytes(r, &rlen, NULL))) {
+			ret = -ENOMEM;
+			goto out;
+		}
+		/* The content id on the first try only: a refusal says the
+		 * peer does not hold the content. */
 		ret = commit_one(c, path, use_short ? CT_RECIPE_SHORT : CT_RECIPE, use_short ? sb : rb,
-				 use_short ? slen : rlen, noreplace, &ans, &t, &status, &cerr);
+				 use_short ? slen : rlen, attempt || ntries ? NULL : &content, noreplace, &ans, &t,
+				 &status, &cerr);
+		ntries++;
 		if (ret == 0) {
 			json_decref(ans);
 			break;

@@ -103,10 +103,12 @@ struct dmar_chunk_source {
  * source.  progress (may be NULL) is called now and then, and at the end.
  * *st (may be NULL) gets the figures, also on failure.  On error the
  * peer has no file at path (the commit is the only step that creates it).
+ * The first commit carries r's content id (cid, computed when NULL): a
+ * peer that holds that content under another name makes the file from it.
  */
 int dmar_client_push(struct dmar_client *c, const char *path, const struct dmar_recipe *r,
-		     const struct dmar_chunk_source *src, bool noreplace, dmar_xfer_progress_fn progress,
-		     void *pctx, struct dmar_xfer_stats *st, struct dmar_error *err);
+		     const struct dmar_id *cid, const struct dmar_chunk_source *src, bool noreplace,
+		     dmar_xfer_progress_fn progress, void *pctx, struct dmar_xfer_stats *st, struct dmar_error *err);
 
 /* Where pull puts chunks: put is called once per chunk fetched, after the
  * engine verified it against its id (decoded = c->len bytes), from several

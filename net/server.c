@@ -567,11 +567,11 @@ out:
  * completed recipe is not the one rid names (a prefix completed to another
  * chunk than the sender's): then only the full recipe can say. */
 static int short_complete(struct req *q, struct dmar_recipe *rc, const struct dmar_id *rid, unsigned idlen,
-			  json_t **out)
+			  struct dmar_id *cid, json_t **out)
 {
 	size_t nb = (rc->n + 7) / 8, k, nmiss = 0, namb = 0;
 	struct dmar_id *ids = dmar_recipe_chunk_ids(rc, &k);
-	uint8_t *state = malloc(rc->n ? rc->n : 1), *bits = calloc(nb ? nb : 1, 1), *full = NULL;
+	uint8_t *state = malloc(rc->n ? rc->n : 1), *bits = calloc(nb ? nb : 1, 1);
 	int r = -ENOMEM;
 	if (!ids || !state || !bits)
 		goto out;
@@ -606,11 +606,9 @@ static int short_complete(struct req *q, struct dmar_recipe *rc, const struct dm
 		goto out;
 	}
 	struct dmar_id got;
-	if (!(full = malloc(dmar_recipe_wire_size(rc->n)))) {
-		r = -ENOMEM;
+	if ((r = dmar_recipe_ids(rc, &got, cid)) < 0)
 		goto out;
-	}
-	dmar_recipe_write(rc, full, &got);
+	r = -ENODATA;
 	if (memcmp(got.b, rid->b, DMAR_HASH_SIZE) != 0) {
 		char a[DMAR_HASH_HEX_SIZE], b[DMAR_HASH_HEX_SIZE];
 		dmar_hex(got.b, DMAR_HASH_SIZE, a);
@@ -624,8 +622,46 @@ out:
 	free(ids);
 	free(state);
 	free(bits);
-	free(full);
 	return r;
+}
+
+/* X-Dmar-Content: make the file from content the node holds.  0 when
+ * the clone answered (*ret set), -ENOENT to read the body's recipe as
+ * usual. */
+static int try_clone(struct req *q, const char *hex, bool is_short, bool noreplace, enum MHD_Result *ret)
+{
+	struct dmar_id cid, rid, want;
+	struct dmar_recipe head;
+	if (!q->s->ops->clone)
+		return -ENOENT;
+	if (dmar_id_parse(hex, &cid) < 0) {
+		*ret = reply_error(q, -EINVAL, 0, "X-Dmar-Content: not a content id (64 hex digits)");
+		return 0;
+	}
+	int r = dmar_recipe_head_parse(q->body, q->len, is_short, &head, &rid, &q->err);
+	if (r < 0) {
+		*ret = reply_ops_error(q, r);
+		return 0;
+	}
+	/* The recipe id binds the header to the content: a content id the
+	 * body does not name is the sender's mistake, not a file to make. */
+	dmar_recipe_id_of(&head, head.n, &cid, &want);
+	if (memcmp(want.b, rid.b, DMAR_HASH_SIZE) != 0) {
+		*ret = reply_error(q, -EINVAL, 0, "X-Dmar-Content: the recipe's id does not name this content");
+		return 0;
+	}
+	json_t *o = NULL;
+	if ((r = q->s->ops->clone(q->s->ctx, q->path, &head, &cid, noreplace, &o, &q->err)) == -ENOENT) {
+		memset(&q->err, 0, sizeof(q->err));
+		return -ENOENT;
+	}
+	if (r == -EEXIST && noreplace) {
+		json_decref(o);
+		*ret = reply_error(q, r, MHD_HTTP_PRECONDITION_FAILED, q->err.code ? q->err.msg : "file exists");
+	} else {
+		*ret = reply_object(q, r, MHD_HTTP_CREATED, o);
+	}
+	return 0;
 }
 
 /* PUT /v1/files/PATH, body a recipe or a short recipe */
@@ -645,8 +681,12 @@ static enum MHD_Result h_commit(struct req *q)
 	bool is_short = media_type_is(header(q, MHD_HTTP_HEADER_CONTENT_TYPE), CT_RECIPE_SHORT);
 	const char *want = header(q, "X-Dmar-Missing-As");
 	bool as_bits = is_short || (want && !strcmp(want, "bits"));
+	const char *content = header(q, "X-Dmar-Content");
+	enum MHD_Result ret;
+	if (content && try_clone(q, content, is_short, noreplace, &ret) == 0)
+		return ret;
 	struct dmar_recipe rc;
-	struct dmar_id rid;
+	struct dmar_id rid, cid;
 	unsigned idlen;
 	int r = is_short ? dmar_recipe_short_parse(q->body, q->len, &rc, &rid, &idlen, &q->err)
 			 : dmar_recipe_parse(q->body, q->len, &rc, &q->err);
@@ -654,9 +694,11 @@ static enum MHD_Result h_commit(struct req *q)
 		return reply_ops_error(q, r);
 	json_t *o = NULL;
 	if (is_short)
-		r = short_complete(q, &rc, &rid, idlen, &o);
+		r = short_complete(q, &rc, &rid, idlen, &cid, &o);
+	else
+		r = dmar_recipe_ids(&rc, NULL, &cid);
 	if (r == 0) {
-		r = q->s->ops->commit(q->s->ctx, q->path, &rc, noreplace, &o, &q->err);
+		r = q->s->ops->commit(q->s->ctx, q->path, &rc, &cid, noreplace, &o, &q->err);
 		if (r == -ENODATA && as_bits) {
 			json_t *bits = missing_bits(q, &rc, o);
 			if (bits) {

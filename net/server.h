@@ -52,15 +52,24 @@ struct dmar_node_ops {
 	 * a node that keeps zstd frames stores c->payload as it is).  The node
 	 * holds the chunk for a later commit.  -ENOSPC when the arena is full. */
 	int (*put_chunk)(void *ctx, const struct dmar_wire_chunk *c, const uint8_t *decoded, struct dmar_error *err);
-	/* PUT /v1/files/PATH with a recipe: build the file from chunks the
+	/* PUT /v1/files/PATH with a recipe (cid: its content id): build the file from chunks the
 	 * node holds and make it appear at path atomically, replacing what
 	 * is there (unless noreplace: -EEXIST).  On success *out = the new
 	 * file's stat object.  If chunks are missing: -ENODATA and *out =
 	 * {"missing_count": M, "missing": ["hex", ...]} (at most
 	 * DMAR_SERVER_MISSING_LIST ids listed); nothing changes.  The server
 	 * answers -ENODATA with 409 and that object plus "error". */
-	int (*commit)(void *ctx, const char *path, const struct dmar_recipe *r, bool noreplace, json_t **out,
-		      struct dmar_error *err);
+	int (*commit)(void *ctx, const char *path, const struct dmar_recipe *r, const struct dmar_id *cid,
+		      bool noreplace, json_t **out, struct dmar_error *err);
+	/* Optional.  PUT /v1/files/PATH with X-Dmar-Content, the content id
+	 * (net/wire.h) of the recipe the body carries: make the file from
+	 * content the node already holds under that id, with head's size,
+	 * mode and mtime (head has no entries), as commit would.  -ENOENT
+	 * when the node holds no such content: the server then reads the
+	 * recipe.  The server has checked that the recipe id binds head to
+	 * cid. */
+	int (*clone)(void *ctx, const char *path, const struct dmar_recipe *head, const struct dmar_id *cid,
+		     bool noreplace, json_t **out, struct dmar_error *err);
 	/* PUT /v1/files/PATH with a short recipe: complete each of the n ids,
 	 * known by their first idlen bytes (8..32; the rest zero), from the
 	 * chunks the node holds: state[i] = 0 and ids[i] the full id when one

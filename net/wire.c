@@ -25,7 +25,8 @@ size_t dmar_recipe_wire_size(size_t n)
 	return DMAR_RECIPE_HDR_SIZE + n * DMAR_RECIPE_ENTRY_SIZE + DMAR_RECIPE_TRAILER_SIZE;
 }
 
-void dmar_recipe_write(const struct dmar_recipe *r, uint8_t *out, struct dmar_id *id)
+/* The 48-byte recipe header of r with n entries. */
+static void head_write(const struct dmar_recipe *r, size_t n, uint8_t *out)
 {
 	memset(out, 0, DMAR_RECIPE_HDR_SIZE);
 	memcpy(out, DMAR_RECIPE_MAGIC, 4);
@@ -34,20 +35,69 @@ void dmar_recipe_write(const struct dmar_recipe *r, uint8_t *out, struct dmar_id
 	dmar_put_le32(out + 16, r->mode & 07777);
 	dmar_put_le64(out + 24, (uint64_t)r->mtime_sec);
 	dmar_put_le32(out + 32, r->mtime_nsec);
-	dmar_put_le32(out + 36, (uint32_t)r->n);
-	uint8_t *p = out + DMAR_RECIPE_HDR_SIZE;
-	for (size_t i = 0; i < r->n; i++, p += DMAR_RECIPE_ENTRY_SIZE) {
-		const struct dmar_recipe_entry *e = &r->e[i];
-		if (e->kind == DMAR_RECIPE_HOLE)
-			memset(p, 0, DMAR_HASH_SIZE);
-		else
-			memcpy(p, e->id.b, DMAR_HASH_SIZE);
-		dmar_put_le64(p + 32, e->len);
-		dmar_put_le32(p + 40, e->kind == DMAR_RECIPE_HOLE ? 0 : e->skip);
-		dmar_put_le32(p + 44, e->kind);
+	dmar_put_le32(out + 36, (uint32_t)n);
+}
+
+static void entry_write(const struct dmar_recipe_entry *e, uint8_t *p)
+{
+	if (e->kind == DMAR_RECIPE_HOLE)
+		memset(p, 0, DMAR_HASH_SIZE);
+	else
+		memcpy(p, e->id.b, DMAR_HASH_SIZE);
+	dmar_put_le64(p + 32, e->len);
+	dmar_put_le32(p + 40, e->kind == DMAR_RECIPE_HOLE ? 0 : e->skip);
+	dmar_put_le32(p + 44, e->kind);
+}
+
+void dmar_recipe_id_of(const struct dmar_recipe *r, size_t n, const struct dmar_id *cid, struct dmar_id *rid)
+{
+	uint8_t b[DMAR_RECIPE_HDR_SIZE + DMAR_HASH_SIZE];
+	head_write(r, n, b);
+	memcpy(b + DMAR_RECIPE_HDR_SIZE, cid->b, DMAR_HASH_SIZE);
+	dmar_hash(b, sizeof(b), rid);
+}
+
+int dmar_recipe_ids(const struct dmar_recipe *r, struct dmar_id *rid, struct dmar_id *cid)
+{
+	/* Through a small buffer: a 1 GiB file's 1.5 MiB of entries need
+	 * not exist at once. */
+	enum { PER = 1024 };
+	uint8_t *buf = malloc(PER * DMAR_RECIPE_ENTRY_SIZE);
+	struct dmar_hash_ctx *h = dmar_hash_ctx_new();
+	if (!buf || !h) {
+		free(buf);
+		dmar_hash_ctx_free(h);
+		return -ENOMEM;
 	}
-	struct dmar_id sum;
-	dmar_hash(out, (size_t)(p - out), &sum);
+	for (size_t i = 0; i < r->n;) {
+		size_t k = 0;
+		for (; k < PER && i < r->n; k++, i++)
+			entry_write(&r->e[i], buf + k * DMAR_RECIPE_ENTRY_SIZE);
+		dmar_hash_ctx_update(h, buf, k * DMAR_RECIPE_ENTRY_SIZE);
+	}
+	struct dmar_id c;
+	dmar_hash_ctx_final(h, &c);
+	dmar_hash_ctx_free(h);
+	free(buf);
+	if (rid)
+		dmar_recipe_id_of(r, r->n, &c, rid);
+	if (cid)
+		*cid = c;
+	return 0;
+}
+
+void dmar_recipe_write(const struct dmar_recipe *r, uint8_t *out, struct dmar_id *id)
+{
+	head_write(r, r->n, out);
+	uint8_t *p = out + DMAR_RECIPE_HDR_SIZE;
+	for (size_t i = 0; i < r->n; i++, p += DMAR_RECIPE_ENTRY_SIZE)
+		entry_write(&r->e[i], p);
+	struct dmar_id cid, sum;
+	dmar_hash(out + DMAR_RECIPE_HDR_SIZE, (size_t)(p - out) - DMAR_RECIPE_HDR_SIZE, &cid);
+	uint8_t b[DMAR_RECIPE_HDR_SIZE + DMAR_HASH_SIZE];
+	memcpy(b, out, DMAR_RECIPE_HDR_SIZE);
+	memcpy(b + DMAR_RECIPE_HDR_SIZE, cid.b, DMAR_HASH_SIZE);
+	dmar_hash(b, sizeof(b), &sum);
 	memcpy(p, sum.b, DMAR_HASH_SIZE);
 	if (id)
 		*id = sum;
@@ -104,9 +154,9 @@ static const char *entry_bad(const struct dmar_recipe_entry *e, uint64_t size, u
 	return NULL;
 }
 
-int dmar_recipe_parse(const void *buf, size_t len, struct dmar_recipe *r, struct dmar_error *err)
+/* A recipe's header and length, checked: h's fields and *n. */
+static int full_head(const uint8_t *b, size_t len, struct dmar_recipe *h, uint32_t *n, struct dmar_error *err)
 {
-	const uint8_t *b = buf;
 	if (len < DMAR_RECIPE_HDR_SIZE + DMAR_RECIPE_TRAILER_SIZE)
 		return dmar_error_set(err, -EBADMSG, "recipe: truncated: %zu bytes, a recipe has at least %d", len,
 				      DMAR_RECIPE_HDR_SIZE + DMAR_RECIPE_TRAILER_SIZE);
@@ -117,18 +167,31 @@ int dmar_recipe_parse(const void *buf, size_t len, struct dmar_recipe *r, struct
 				      dmar_get_le16(b + 4), DMAR_RECIPE_VERSION);
 	if (dmar_get_le16(b + 6) != 0)
 		return dmar_error_set(err, -EBADMSG, "recipe: unknown flags or nonzero reserved header fields");
-	struct dmar_recipe h;
-	uint32_t n;
-	int rc = header_parse(b, "recipe", &h, &n, err);
+	int rc = header_parse(b, "recipe", h, n, err);
 	if (rc < 0)
 		return rc;
-	if (len != dmar_recipe_wire_size(n))
-		return dmar_error_set(err, -EBADMSG, "recipe: %zu bytes, but %u entries make %zu (%s)", len, n,
-				      dmar_recipe_wire_size(n),
-				      len < dmar_recipe_wire_size(n) ? "truncated" : "trailing bytes");
+	if (len != dmar_recipe_wire_size(*n))
+		return dmar_error_set(err, -EBADMSG, "recipe: %zu bytes, but %u entries make %zu (%s)", len, *n,
+				      dmar_recipe_wire_size(*n),
+				      len < dmar_recipe_wire_size(*n) ? "truncated" : "trailing bytes");
+	return 0;
+}
+
+int dmar_recipe_parse(const void *buf, size_t len, struct dmar_recipe *r, struct dmar_error *err)
+{
+	const uint8_t *b = buf;
+	struct dmar_recipe h;
+	uint32_t n;
+	int rc = full_head(b, len, &h, &n, err);
+	if (rc < 0)
+		return rc;
 	size_t body = len - DMAR_RECIPE_TRAILER_SIZE;
-	struct dmar_id sum;
-	dmar_hash(b, body, &sum);
+	uint8_t hb[DMAR_RECIPE_HDR_SIZE + DMAR_HASH_SIZE];
+	struct dmar_id cid, sum;
+	dmar_hash(b + DMAR_RECIPE_HDR_SIZE, body - DMAR_RECIPE_HDR_SIZE, &cid);
+	memcpy(hb, b, DMAR_RECIPE_HDR_SIZE);
+	memcpy(hb + DMAR_RECIPE_HDR_SIZE, cid.b, DMAR_HASH_SIZE);
+	dmar_hash(hb, sizeof(hb), &sum);
 	if (memcmp(sum.b, b + body, DMAR_HASH_SIZE) != 0)
 		return dmar_error_set(err, -EBADMSG, "recipe: checksum mismatch (corrupt or truncated)");
 
@@ -234,10 +297,10 @@ size_t dmar_recipe_short_write(const struct dmar_recipe *r, const struct dmar_id
 	return (size_t)(p - out);
 }
 
-int dmar_recipe_short_parse(const void *buf, size_t len, struct dmar_recipe *r, struct dmar_id *id, unsigned *idlen,
-			    struct dmar_error *err)
+/* A short recipe's header, checked: h's fields, *n and *il. */
+static int short_head(const uint8_t *b, size_t len, struct dmar_recipe *h, uint32_t *n, unsigned *il,
+		      struct dmar_error *err)
 {
-	const uint8_t *b = buf, *end = b + len;
 	if (len < DMAR_RECIPE_SHORT_HDR_SIZE)
 		return dmar_error_set(err, -EBADMSG, "short recipe: truncated: %zu bytes, one has at least %d", len,
 				      DMAR_RECIPE_SHORT_HDR_SIZE);
@@ -246,15 +309,40 @@ int dmar_recipe_short_parse(const void *buf, size_t len, struct dmar_recipe *r, 
 	if (dmar_get_le16(b + 4) != DMAR_RECIPE_VERSION)
 		return dmar_error_set(err, -EBADMSG, "short recipe: unsupported version %u (this build reads %d)",
 				      dmar_get_le16(b + 4), DMAR_RECIPE_VERSION);
-	unsigned il = b[6];
-	if (il < DMAR_RECIPE_SHORT_IDLEN_MIN || il > DMAR_HASH_SIZE)
-		return dmar_error_set(err, -EBADMSG, "short recipe: id prefix of %u bytes (%d to %d)", il,
+	*il = b[6];
+	if (*il < DMAR_RECIPE_SHORT_IDLEN_MIN || *il > DMAR_HASH_SIZE)
+		return dmar_error_set(err, -EBADMSG, "short recipe: id prefix of %u bytes (%d to %d)", *il,
 				      DMAR_RECIPE_SHORT_IDLEN_MIN, DMAR_HASH_SIZE);
 	if (b[7] != 0)
 		return dmar_error_set(err, -EBADMSG, "short recipe: unknown flags or nonzero reserved header fields");
+	return header_parse(b, "short recipe", h, n, err);
+}
+
+int dmar_recipe_head_parse(const void *buf, size_t len, bool is_short, struct dmar_recipe *r, struct dmar_id *id,
+			   struct dmar_error *err)
+{
+	const uint8_t *b = buf;
 	struct dmar_recipe h;
 	uint32_t n;
-	int rc = header_parse(b, "short recipe", &h, &n, err);
+	unsigned il;
+	int rc = is_short ? short_head(b, len, &h, &n, &il, err) : full_head(b, len, &h, &n, err);
+	if (rc < 0)
+		return rc;
+	memcpy(id->b, is_short ? b + 48 : b + len - DMAR_RECIPE_TRAILER_SIZE, DMAR_HASH_SIZE);
+	h.n = n;
+	h.e = NULL;
+	*r = h;
+	return 0;
+}
+
+int dmar_recipe_short_parse(const void *buf, size_t len, struct dmar_recipe *r, struct dmar_id *id, unsigned *idlen,
+			    struct dmar_error *err)
+{
+	const uint8_t *b = buf, *end = b + len;
+	struct dmar_recipe h;
+	uint32_t n;
+	unsigned il;
+	int rc = short_head(b, len, &h, &n, &il, err);
 	if (rc < 0)
 		return rc;
 	/* Every entry takes at least 2 bytes: no allocation beyond what the

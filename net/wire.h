@@ -24,7 +24,12 @@
  *       32  8  len: bytes of the file this entry covers (> 0)
  *       40  4  skip: first byte of the chunk the entry shows (0 for a hole)
  *       44  4  kind: 0 chunk range, 1 hole
- *     trailer 32 bytes: SHA-256 of everything before it (the recipe id)
+ *     trailer 32 bytes: the recipe id, SHA-256(header || content id),
+ *             where the content id is the SHA-256 of the n entries
+ *   The content id names what the file holds, whatever its name, mode or
+ *   mtime: a node that holds a file with that content id can make another
+ *   one from it without the entries (X-Dmar-Content, docs/rest-api.md),
+ *   and the recipe id still binds the header to it.
  *   A chunk entry shows bytes [skip, skip + len) of its chunk: a file that
  *   was partly rewritten or assembled by copy_file_range can show part of
  *   a chunk, and the whole chunk travels.
@@ -127,6 +132,12 @@ struct dmar_recipe {
 
 /* Bytes of a recipe with n entries. */
 size_t dmar_recipe_wire_size(size_t n);
+/* The recipe id of a recipe with r's header fields, n entries and
+ * content id cid. */
+void dmar_recipe_id_of(const struct dmar_recipe *r, size_t n, const struct dmar_id *cid, struct dmar_id *rid);
+/* r's recipe id and content id (either may be NULL), without writing
+ * the recipe out: 0 or -ENOMEM. */
+int dmar_recipe_ids(const struct dmar_recipe *r, struct dmar_id *rid, struct dmar_id *cid);
 /* Write r (which must satisfy the rules parse checks) into out, which has
  * dmar_recipe_wire_size(r->n) bytes; the trailer is computed here.  If id
  * is not NULL it gets the recipe id (the trailer). */
@@ -142,6 +153,12 @@ void dmar_recipe_write(const struct dmar_recipe *r, uint8_t *out, struct dmar_id
  */
 int dmar_recipe_parse(const void *buf, size_t len, struct dmar_recipe *r, struct dmar_error *err);
 void dmar_recipe_free(struct dmar_recipe *r); /* frees r->e; NULL-safe */
+/* The header of a recipe (is_short false) or short recipe in len bytes
+ * of untrusted input, checked as the parsers check it (a recipe's length
+ * too, not its entries or trailer): r's fields with r->n and no entries
+ * (r->e NULL), *id the recipe id it names.  0 or -EBADMSG. */
+int dmar_recipe_head_parse(const void *buf, size_t len, bool is_short, struct dmar_recipe *r, struct dmar_id *id,
+			   struct dmar_error *err);
 /* A malloc'd copy of the ids of r's chunk entries, in order (*n of them;
  * room for one at least, so an empty list is no NULL), or NULL. */
 struct dmar_id *dmar_recipe_chunk_ids(const struct dmar_recipe *r, size_t *n);

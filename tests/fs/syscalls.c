@@ -1835,6 +1835,21 @@ static int t_statfs(void)
 	return 0;
 }
 
+/* copy_file_range all of src (len bytes) into a new dst. */
+static int copy_whole(const char *src, const char *dst, size_t len)
+{
+	int in = open(src, O_RDONLY), out = open(dst, O_CREAT | O_WRONLY | O_TRUNC, 0644);
+	loff_t oi = 0, oo = 0;
+	ssize_t n = in >= 0 && out >= 0 ? copy_file_range(in, &oi, out, &oo, len, 0) : -1;
+	int e = errno;
+	if (in >= 0)
+		close(in);
+	if (out >= 0 && close(out) < 0 && n == (ssize_t)len)
+		n = -1;
+	errno = e;
+	return n == (ssize_t)len ? 0 : -1;
+}
+
 static int t_copy_file_range(void)
 {
 	const size_t len = 8 * MiB;
@@ -1912,9 +1927,38 @@ static int t_copy_file_range(void)
 	if (same_content(P("cfr-src"), buf, len) < 0)
 		return -1;
 	close(in);
+	/* Whole-file copies share one extent table (copy on write): a copy
+	 * of a copy, then each changed in its own way, leaves the others
+	 * as they were; when all are gone, so are their chunks. */
+	OK(copy_whole(P("cfr-src"), P("cfr-c2"), len));
+	OK(copy_whole(P("cfr-c2"), P("cfr-c3"), len));
+	OK(truncate(P("cfr-c2"), (off_t)(len / 2)));
+	if (same_content(P("cfr-c2"), buf, len / 2) < 0 || same_content(P("cfr-c3"), buf, len) < 0 ||
+	    same_content(P("cfr-src"), buf, len) < 0)
+		return -1;
+	fd = open(P("cfr-src"), O_WRONLY);
+	EXPECT(fd >= 0, "open src for a punch");
+	OK(fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 1 * MiB, 2 * MiB));
+	OK(close(fd));
+	if (same_content(P("cfr-c3"), buf, len) < 0)
+		return -1;
+	uint8_t *punched = xmalloc(len);
+	memcpy(punched, buf, len);
+	memset(punched + MiB, 0, 2 * MiB);
+	r = same_content(P("cfr-src"), punched, len);
+	xfree(punched);
+	if (r < 0)
+		return -1;
 	OK(unlink(P("cfr-src")));
 	OK(unlink(P("cfr-dst")));
 	OK(unlink(P("cfr-mid")));
+	OK(unlink(P("cfr-c2")));
+	OK(unlink(P("cfr-c3")));
+	if (encoding()) {
+		int w = wait_used_at_most(u0 + MiB, 10, &u1);
+		EXPECT(w == 0, "10 s after the copies were removed, arena use is %" PRIu64 ", was %" PRIu64 " before",
+		       u1, u0);
+	}
 	xfree(buf);
 	xfree(got);
 	xfree(base);

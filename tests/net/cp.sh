@@ -51,10 +51,12 @@ say "  64 MiB new: $(mib "$sent") on the wire"
 check "a second copy under another name sends no chunk (a few KiB of recipe and answers)"
 w0=$(net_bytes a)
 ls "$A/@b/" >/dev/null # @b/'s own entry fresh: not counted below
+k0=$(net_node_info b commits.content)
 q0=$(net_node_info b server.requests)
 cp "$S/w1.bin" "$A/@b/w1-again.bin" || fail "second cp failed"
 sent=$(wire_since "$w0")
 q1=$(net_node_info b server.requests)
+k1=$(net_node_info b commits.content)
 # One lookup of the new name (cp's stat; the kernel's own lookup before
 # the O_CREAT|O_EXCL create is answered from a's record of b's "absent")
 # and the commit, which b accepts at once (commit first); the second GET
@@ -65,6 +67,13 @@ say "  copy under another name: $req requests at b"
 [ "$(digest "$B/w1-again.bin")" = "$d1" ] || fail "w1-again.bin differs"
 [ "$sent" -lt $((1 * MiB)) ] || fail "$(mib "$sent") crossed for a file b already holds"
 say "  64 MiB already at b: $sent bytes on the wire"
+# b made it from the content it holds (X-Dmar-Content), not from the
+# recipe's 2048 entries; the two files share one extent table there, and
+# a change to one at b leaves the other as it was.
+[ $((k1 - k0)) = 1 ] || fail "b made $((k1 - k0)) files from content it holds (expected 1: the commit's X-Dmar-Content)"
+printf 'changed' | dd of="$B/w1-again.bin" bs=1 seek=1000 conv=notrunc status=none || fail "write at b"
+[ "$(digest "$B/w1.bin")" = "$d1" ] || fail "a write to w1-again.bin at b changed w1.bin"
+[ "$(digest "$B/w1-again.bin")" != "$d1" ] || fail "the write to w1-again.bin at b did not show"
 
 check "cp within the mount (copy_file_range by reference) into @b/ sends only what b lacks"
 mkprng "$S/w2.bin" $((32 * MiB)) 2
@@ -76,6 +85,19 @@ sent=$(wire_since "$w0")
 [ "$(digest "$B/w2.bin")" = "$(digest "$S/w2.bin")" ] || fail "b's w2.bin differs"
 [ "$sent" -ge $((32 * MiB)) ] && [ "$sent" -le $((36 * MiB)) ] ||
 	fail "$(mib "$sent") crossed for 32 MiB of new data"
+# The copy shares a's w2.bin's extent table: a second copy under another
+# name is made at b from content (one commit, no chunk), and a change to
+# a's w2.bin after that leaves what a shows of @b/ as b has it.
+cp "$A/w2.bin" "$A/w2c.bin" || fail "cp a/w2.bin a/w2c.bin"
+k0=$(net_node_info b commits.content)
+cp "$A/w2c.bin" "$A/@b/w2-again.bin" || fail "cp of a/w2c.bin into @b/"
+k1=$(net_node_info b commits.content)
+[ $((k1 - k0)) = 1 ] || fail "b made $((k1 - k0)) files from content for a copy of a shared file (expected 1)"
+printf 'changed' | dd of="$A/w2c.bin" bs=1 seek=5000 conv=notrunc status=none || fail "write to a/w2c.bin"
+[ "$(digest "$A/@b/w2-again.bin")" = "$(digest "$S/w2.bin")" ] || fail "a write to a/w2c.bin changed @b/w2-again.bin"
+[ "$(digest "$A/w2.bin")" = "$(digest "$S/w2.bin")" ] || fail "a write to a/w2c.bin changed a/w2.bin"
+rm "$A/w2c.bin"
+[ "$(digest "$B/w2-again.bin")" = "$(digest "$S/w2.bin")" ] || fail "b's w2-again.bin differs"
 
 check "a new version with 16 scattered 64 KiB regions rewritten sends about those regions"
 cp "$S/w1.bin" "$S/w1v2.bin"

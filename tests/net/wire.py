@@ -58,8 +58,8 @@ def recipe(args):
             ents += struct.pack("<32sQII", bytes.fromhex(f[0]), int(f[1]), skip, 0)
             size += int(f[1])
     hdr = struct.pack("<4sHHQIIqIIQ", b"DMRC", 1, 0, size, mode, 0, mtime, 0, len(rest), 0)
-    body = hdr + ents
-    body += hashlib.sha256(body).digest()
+    # recipe id: SHA-256(header || content id), content id: SHA-256(entries)
+    body = hdr + ents + hashlib.sha256(hdr + hashlib.sha256(ents).digest()).digest()
     if corrupt == "magic":
         body = b"XMRC" + body[4:]
     elif corrupt == "truncate":

@@ -63,6 +63,7 @@ struct fake {
 	struct fake_chunk chunks[MAX_CHUNKS];
 	unsigned nchunks;
 	unsigned put_limit; /* put_chunk says ENOSPC once this many are held (0: never) */
+	unsigned clones;    /* files made by clone */
 };
 
 static struct fake F;
@@ -219,9 +220,10 @@ static int fake_put_chunk(void *ctx, const struct dmar_wire_chunk *c, const uint
 	return r;
 }
 
-static int fake_commit(void *ctx, const char *path, const struct dmar_recipe *rc, bool noreplace, json_t **out,
-		       struct dmar_error *err)
+static int fake_commit(void *ctx, const char *path, const struct dmar_recipe *rc, const struct dmar_id *cid,
+		       bool noreplace, json_t **out, struct dmar_error *err)
 {
+	(void)cid;
 	pthread_mutex_lock(&F.lock);
 	F.calls++;
 	int r = 0;
@@ -305,7 +307,50 @@ static int fake_transfer(void *ctx, const char *path, const char *to, const char
 	return 0;
 }
 
+/* A file whose recipe has content id cid and size bytes, copied to path
+ * with head's mode and mtime. */
+static int fake_clone(void *ctx, const char *path, const struct dmar_recipe *head, const struct dmar_id *cid,
+		      bool noreplace, json_t **out, struct dmar_error *err)
+{
+	(void)ctx;
+	pthread_mutex_lock(&F.lock);
+	F.calls++;
+	int r = -ENOENT;
+	for (unsigned i = 0; i < F.nfiles && r == -ENOENT; i++) {
+		struct fake_file *f = &F.files[i];
+		struct dmar_recipe rc;
+		struct dmar_id c;
+		if (f->dir || !f->recipe || dmar_recipe_parse(f->recipe, f->recipe_len, &rc, err) < 0)
+			continue;
+		if (rc.size == head->size && dmar_recipe_ids(&rc, NULL, &c) == 0 && !memcmp(c.b, cid->b, 32)) {
+			struct fake_file *d = find_file(path);
+			if (d && noreplace) {
+				r = dmar_error_set(err, -EEXIST, "%s: exists", path);
+			} else {
+				if (!d)
+					d = add_file(path, false, head->mode, rc.size);
+				free(d->recipe);
+				rc.mode = head->mode;
+				rc.mtime_sec = head->mtime_sec;
+				rc.mtime_nsec = head->mtime_nsec;
+				d->mode = rc.mode;
+				d->size = rc.size;
+				d->recipe_len = dmar_recipe_wire_size(rc.n);
+				d->recipe = malloc(d->recipe_len);
+				dmar_recipe_write(&rc, d->recipe, NULL);
+				*out = stat_obj(d);
+				F.clones++;
+				r = 0;
+			}
+		}
+		dmar_recipe_free(&rc);
+	}
+	pthread_mutex_unlock(&F.lock);
+	return r;
+}
+
 static const struct dmar_node_ops fake_ops = {
+	.clone = fake_clone,
 	.info = fake_info,
 	.stat = fake_stat,
 	.remove = fake_remove,
@@ -325,7 +370,7 @@ static void fake_reset(void)
 		free(F.files[i].recipe);
 	for (unsigned i = 0; i < F.nchunks; i++)
 		free(F.chunks[i].payload);
-	F.nfiles = F.nchunks = F.calls = F.put_limit = 0;
+	F.nfiles = F.nchunks = F.calls = F.put_limit = F.clones = 0;
 	add_file("hello.txt", false, 0644, 5);
 	add_file("docs", true, 0755, 0);
 	add_file("docs/a.md", false, 0600, 100);
@@ -484,6 +529,7 @@ struct req_opts {
 	const char *token;
 	const char *ctype;
 	const char *header; /* one more request header */
+	const char *header2; /* and another */
 	size_t chunked;     /* send this many bytes with chunked encoding */
 	const char *url;    /* instead of base */
 };
@@ -519,6 +565,8 @@ static void http_full(struct resp *r, const char *method, const char *path, cons
 	}
 	if (o->header)
 		h = curl_slist_append(h, o->header);
+	if (o->header2)
+		h = curl_slist_append(h, o->header2);
 	curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
 	struct chunked_src src = { o->chunked };
 	if (o->chunked) {
@@ -1291,6 +1339,83 @@ static void test_commit_short(void **state)
 		free_chunk(&c[i]);
 }
 
+/* X-Dmar-Content: a file made from content held, without its entries. */
+static void test_commit_content(void **state)
+{
+	struct tchunk c[2];
+	make_chunk(&c[0], 3000, 70, false, false);
+	make_chunk(&c[1], 3000, 71, false, false);
+	add_chunk(&c[0].id, c[0].enc, c[0].len, c[0].payload, c[0].stored);
+	size_t len, flen;
+	uint8_t *sb = make_short(c, 2, NULL, &len), *rb = make_recipe(c, 2, &flen);
+	struct dmar_recipe rc = sample_file(c, 2);
+	struct dmar_id cid;
+	assert_int_equal(dmar_recipe_ids(&rc, NULL, &cid), 0);
+	char hdr[96];
+	snprintf(hdr, sizeof(hdr), "X-Dmar-Content: ");
+	dmar_hex(cid.b, 32, hdr + strlen(hdr));
+	struct req_opts so = { .ctype = "application/x-dmar-recipe-short", .header = hdr };
+	struct req_opts fo = { .ctype = "application/x-dmar-recipe", .header = hdr };
+	struct resp r;
+
+	/* Not held yet: the commit goes on as without the header (a chunk
+	 * missing: 409 bits). */
+	http_full(&r, "PUT", "/v1/files/c1.bin", sb, len, &so);
+	assert_error(&r, 409, "ENODATA");
+	assert_string_equal(json_string_value(json_object_get(r.json, "missing_bits")), "02");
+	resp_free(&r);
+	assert_int_equal(F.clones, 0);
+	add_chunk(&c[1].id, c[1].enc, c[1].len, c[1].payload, c[1].stored);
+	http_full(&r, "PUT", "/v1/files/c1.bin", rb, flen, &fo);
+	assert_int_equal(r.status, 201);
+	resp_free(&r);
+	assert_int_equal(F.clones, 0);
+
+	/* Held now: made from it, short or full body, the recipe the same. */
+	http_full(&r, "PUT", "/v1/files/c2.bin", sb, len, &so);
+	assert_int_equal(r.status, 201);
+	assert_int_equal(json_integer_value(json_object_get(r.json, "size")), 6000 + 4096);
+	resp_free(&r);
+	assert_int_equal(F.clones, 1);
+	http(&r, "GET", "/v1/recipes/c2.bin", NULL, 0);
+	assert_int_equal(r.body.len, flen);
+	assert_memory_equal(r.body.p, rb, flen);
+	resp_free(&r);
+	http_full(&r, "PUT", "/v1/files/c3.bin", rb, flen, &fo);
+	assert_int_equal(r.status, 201);
+	resp_free(&r);
+	assert_int_equal(F.clones, 2);
+
+	/* A content id the recipe id does not name, or not an id: 400, and
+	 * nothing made. */
+	char bad[96];
+	memcpy(bad, hdr, sizeof(bad));
+	bad[16] = bad[16] == '0' ? '1' : '0';
+	http_full(&r, "PUT", "/v1/files/c4.bin", sb, len,
+		  &(struct req_opts){ .ctype = "application/x-dmar-recipe-short", .header = bad });
+	assert_error(&r, 400, "EINVAL");
+	assert_non_null(strstr(json_string_value(json_object_get(r.json, "error")), "does not name this content"));
+	resp_free(&r);
+	http_full(&r, "PUT", "/v1/files/c4.bin", sb, len,
+		  &(struct req_opts){ .ctype = "application/x-dmar-recipe-short", .header = "X-Dmar-Content: 12zz" });
+	assert_error(&r, 400, "EINVAL");
+	resp_free(&r);
+	assert_null(find_file("c4.bin"));
+	assert_int_equal(F.clones, 2);
+
+	/* If-None-Match: * holds for clones too. */
+	http_full(&r, "PUT", "/v1/files/c2.bin", sb, len,
+		  &(struct req_opts){ .ctype = "application/x-dmar-recipe-short",
+				      .header = hdr, .header2 = "If-None-Match: *" });
+	assert_error(&r, 412, "EEXIST");
+	resp_free(&r);
+	free(rc.e);
+	free(sb);
+	free(rb);
+	for (int i = 0; i < 2; i++)
+		free_chunk(&c[i]);
+}
+
 static void test_transfer(void **state)
 {
 	struct resp r;
@@ -1818,6 +1943,7 @@ int main(void)
 		cmocka_unit_test_setup(test_fetch, each_setup),
 		cmocka_unit_test_setup(test_commit, each_setup),
 		cmocka_unit_test_setup(test_commit_short, each_setup),
+		cmocka_unit_test_setup(test_commit_content, each_setup),
 		cmocka_unit_test_setup(test_transfer, each_setup),
 		cmocka_unit_test_setup(test_bad_paths, each_setup),
 		cmocka_unit_test_setup(test_routes, each_setup),

@@ -79,10 +79,21 @@ static uint8_t *write_recipe(const struct dmar_recipe *r, size_t *len, struct dm
 
 /* Recompute the trailer after an edit, so that the check under test (not
  * the checksum) is what refuses the recipe. */
+/* The recipe id of len bytes of recipe as the format defines it, by
+ * hand: SHA-256(header || SHA-256(entries)); *cid the content id. */
+static void spec_ids(const uint8_t *b, size_t len, struct dmar_id *rid, struct dmar_id *cid)
+{
+	uint8_t h[48 + 32];
+	dmar_hash(b + 48, len - 48 - 32, cid);
+	memcpy(h, b, 48);
+	memcpy(h + 48, cid->b, 32);
+	dmar_hash(h, sizeof(h), rid);
+}
+
 static void reseal(uint8_t *b, size_t len)
 {
-	struct dmar_id sum;
-	dmar_hash(b, len - DMAR_RECIPE_TRAILER_SIZE, &sum);
+	struct dmar_id sum, cid;
+	spec_ids(b, len, &sum, &cid);
 	memcpy(b + len - DMAR_RECIPE_TRAILER_SIZE, sum.b, DMAR_HASH_SIZE);
 }
 
@@ -98,9 +109,37 @@ static void test_recipe_roundtrip(void **state)
 	assert_int_equal(dmar_recipe_wire_size(5), 48 + 5 * 48 + 32);
 	uint8_t *b = write_recipe(&r, &len, &id);
 	assert_memory_equal(b, "DMRC", 4);
-	dmar_hash(b, len - 32, &body);
+	struct dmar_id cid, rid2, cid2, rid3;
+	spec_ids(b, len, &body, &cid);
 	assert_memory_equal(id.b, body.b, 32);
 	assert_memory_equal(b + len - 32, id.b, 32);
+	/* The ids without writing the recipe, and the recipe id from the
+	 * content id: the same. */
+	assert_int_equal(dmar_recipe_ids(&r, &rid2, &cid2), 0);
+	assert_memory_equal(rid2.b, id.b, 32);
+	assert_memory_equal(cid2.b, cid.b, 32);
+	dmar_recipe_id_of(&r, r.n, &cid, &rid3);
+	assert_memory_equal(rid3.b, id.b, 32);
+	/* The content id does not depend on name, mode or mtime; the
+	 * recipe id does. */
+	struct dmar_recipe r2 = r;
+	r2.mode ^= 0111;
+	r2.mtime_sec += 1;
+	assert_int_equal(dmar_recipe_ids(&r2, &rid2, &cid2), 0);
+	assert_memory_equal(cid2.b, cid.b, 32);
+	assert_memory_not_equal(rid2.b, id.b, 32);
+	/* The header alone: its fields, the id, no entries. */
+	struct dmar_recipe head;
+	struct dmar_id hid;
+	assert_int_equal(dmar_recipe_head_parse(b, len, false, &head, &hid, &err), 0);
+	assert_memory_equal(hid.b, id.b, 32);
+	assert_int_equal(head.n, r.n);
+	assert_int_equal(head.size, r.size);
+	assert_int_equal(head.mode, r.mode);
+	assert_null(head.e);
+	assert_int_equal(dmar_recipe_head_parse(b, len - 1, false, &head, &hid, &err), -EBADMSG);
+	assert_non_null(strstr(err.msg, "truncated"));
+	memset(&err, 0, sizeof(err));
 
 	assert_int_equal(dmar_recipe_parse(b, len, &got, &err), 0);
 	assert_int_equal(err.code, 0);
@@ -298,6 +337,16 @@ static void test_short_roundtrip(void **state)
 	assert_memory_equal(b, "DMRS", 4);
 	assert_int_equal(b[6], 8);
 	assert_memory_equal(b + 48, id.b, 32);
+
+	struct dmar_recipe head;
+	assert_int_equal(dmar_recipe_head_parse(b, len, true, &head, &rid, &err), 0);
+	assert_memory_equal(rid.b, id.b, 32);
+	assert_int_equal(head.n, 5);
+	assert_int_equal(head.mtime_sec, r.mtime_sec);
+	assert_null(head.e);
+	assert_int_equal(dmar_recipe_head_parse(b, 79, true, &head, &rid, &err), -EBADMSG);
+	assert_non_null(strstr(err.msg, "short recipe: truncated"));
+	memset(&err, 0, sizeof(err));
 
 	assert_int_equal(dmar_recipe_short_parse(b, len, &got, &rid, &idlen, &err), 0);
 	assert_int_equal(idlen, 8);
