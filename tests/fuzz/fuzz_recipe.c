@@ -8,11 +8,15 @@
  * never get past the checksum to the header and entry checks).  Whatever
  * parses must write back to exactly the same bytes, with the same id.  A
  * short recipe has no checksum of its own, and its numbers have one
- * encoding each: whatever parses writes back to the same bytes too.
+ * encoding each: whatever parses writes back to the same bytes too.  The
+ * header-only parse (X-Dmar-Content commits) must refuse with a message
+ * or agree with the full parse, and the recipe id must follow from the
+ * header and the content id.
  */
 #include "config.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,11 +32,44 @@ static void die(const char *what)
 	abort();
 }
 
+/* dmar_recipe_head_parse of b: refused with a message, or (when the
+ * whole parse gave r and id, r not NULL) the same header and id. */
+static void check_head(const uint8_t *b, size_t len, bool is_short, const struct dmar_recipe *r,
+		       const struct dmar_id *id)
+{
+	struct dmar_recipe h;
+	struct dmar_id hid;
+	struct dmar_error err = { 0 };
+	int rc = dmar_recipe_head_parse(b, len, is_short, &h, &hid, &err);
+	if (rc < 0) {
+		if (rc != -EBADMSG || err.code != rc || !err.msg[0])
+			die("head: refused without -EBADMSG and a message");
+		if (r)
+			die("head: refused what the whole parse accepts");
+		return;
+	}
+	if (h.e)
+		die("head: entries");
+	if (!r)
+		return;
+	if (h.size != r->size || h.mode != r->mode || h.mtime_sec != r->mtime_sec || h.mtime_nsec != r->mtime_nsec ||
+	    h.n != r->n || memcmp(hid.b, id->b, DMAR_HASH_SIZE) != 0)
+		die("head: differs from the whole parse");
+	struct dmar_id cid, rid;
+	if (dmar_recipe_ids(r, NULL, &cid) < 0)
+		return;
+	dmar_recipe_id_of(&h, h.n, &cid, &rid);
+	if (!is_short && memcmp(rid.b, id->b, DMAR_HASH_SIZE) != 0)
+		die("head: the recipe id does not follow from header and content id");
+}
+
 static void check(const uint8_t *b, size_t len)
 {
 	struct dmar_recipe r;
 	struct dmar_error err = { 0 };
 	int rc = dmar_recipe_parse(b, len, &r, &err);
+	if (rc == -EBADMSG)
+		check_head(b, len, false, NULL, NULL);
 	if (rc == -ENOMEM)
 		return;
 	if (rc < 0) {
@@ -59,6 +96,7 @@ static void check(const uint8_t *b, size_t len)
 		die("write(parse(x)) != x");
 	if (memcmp(id.b, b + len - DMAR_RECIPE_TRAILER_SIZE, DMAR_HASH_SIZE) != 0)
 		die("the id is not the trailer");
+	check_head(b, len, false, &r, &id);
 	free(out);
 	dmar_recipe_free(&r);
 }
@@ -72,6 +110,8 @@ static void check_short(const uint8_t *b, size_t len)
 	int rc = dmar_recipe_short_parse(b, len, &r, &id, &idlen, &err);
 	if (rc == -ENOMEM)
 		return;
+	if (rc == -EBADMSG)
+		check_head(b, len, true, NULL, NULL);
 	if (rc < 0) {
 		if (rc != -EBADMSG || err.code != rc || !err.msg[0])
 			die("short: refused without -EBADMSG and a message");
@@ -97,6 +137,7 @@ static void check_short(const uint8_t *b, size_t len)
 		die("out of memory");
 	if (dmar_recipe_short_write(&r, &id, idlen, out) != len || memcmp(out, b, len) != 0)
 		die("short: write(parse(x)) != x");
+	check_head(b, len, true, &r, &id);
 	free(out);
 	dmar_recipe_free(&r);
 }
@@ -111,10 +152,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (!b)
 		return 0;
 	memcpy(b, data, size);
-	struct dmar_id sum;
-	dmar_hash(b, size - DMAR_RECIPE_TRAILER_SIZE, &sum);
-	memcpy(b + size - DMAR_RECIPE_TRAILER_SIZE, sum.b, DMAR_HASH_SIZE);
-	check(b, size);
+	/* The trailer as the format defines it: SHA-256(header || SHA-256(entries)). */
+	if (size >= DMAR_RECIPE_HDR_SIZE + DMAR_RECIPE_TRAILER_SIZE) {
+		uint8_t hb[DMAR_RECIPE_HDR_SIZE + DMAR_HASH_SIZE];
+		struct dmar_id cid, sum;
+		dmar_hash(b + DMAR_RECIPE_HDR_SIZE, size - DMAR_RECIPE_HDR_SIZE - DMAR_RECIPE_TRAILER_SIZE, &cid);
+		memcpy(hb, b, DMAR_RECIPE_HDR_SIZE);
+		memcpy(hb + DMAR_RECIPE_HDR_SIZE, cid.b, DMAR_HASH_SIZE);
+		dmar_hash(hb, sizeof(hb), &sum);
+		memcpy(b + size - DMAR_RECIPE_TRAILER_SIZE, sum.b, DMAR_HASH_SIZE);
+		check(b, size);
+	}
 	free(b);
 	return 0;
 }
