@@ -639,8 +639,9 @@ static int op_clone(void *ctx, const char *path, const struct dmar_recipe *head,
 
 /* Encode i so that it is all chunks and holes, and take its recipe with
  * every chunk pinned.  Chunks are needed to ship even from an encode=none
- * mount: those files are chunked (dedup) for the occasion. */
-static int take_recipe(struct dmarfs *fs, struct inode *i, struct dmar_recipe *rc)
+ * mount: those files are chunked (dedup) for the occasion.  cid (may be
+ * NULL) gets its content id. */
+static int take_recipe(struct dmarfs *fs, struct inode *i, struct dmar_recipe *rc, struct dmar_id *cid)
 {
 	struct dmar_fsctx c = fs->cfg.ctx;
 	if (c.encode == DMAR_ENCODE_NONE)
@@ -657,6 +658,17 @@ static int take_recipe(struct dmarfs *fs, struct inode *i, struct dmar_recipe *r
 			rc->mtime_nsec = (uint32_t)i->mtime.tv_nsec;
 			if ((r = dmarfs_node_pin(&c, rc)) < 0)
 				dmar_recipe_free(rc);
+			/* The content id for a transfer: known once the file
+			 * was shipped or copied from one that was; published
+			 * here so that the next one is (an optimisation). */
+			if (!r && cid && !dmar_file_content_known(&i->f, cid)) {
+				if ((r = dmar_recipe_ids(rc, NULL, cid)) < 0) {
+					dmarfs_node_unpin(&c, rc);
+					dmar_recipe_free(rc);
+				} else {
+					(void)dmar_file_publish(&i->f, &c, cid);
+				}
+			}
 		}
 		pthread_rwlock_unlock(&i->lock);
 		if (r != -EAGAIN)
@@ -686,7 +698,7 @@ static int op_recipe(void *ctx, const char *path, uint8_t **buf, size_t *len, st
 	if (r < 0)
 		return r;
 	struct dmar_recipe rc;
-	r = take_recipe(n->fs, i, &rc);
+	r = take_recipe(n->fs, i, &rc, NULL);
 	unhold(n->fs, i);
 	if (r < 0)
 		return r;
@@ -739,12 +751,13 @@ static int op_transfer(void *ctx, const char *path, const char *to, const char *
 	if (r < 0)
 		return r;
 	struct dmar_recipe rc;
-	r = take_recipe(n->fs, i, &rc);
+	struct dmar_id cid;
+	r = take_recipe(n->fs, i, &rc, &cid);
 	unhold(n->fs, i);
 	if (r < 0)
 		return r;
 	struct dmar_xfer_stats st;
-	r = dmarfs_node_ship(n, to, path, dest, &rc, NULL, false, &st, err);
+	r = dmarfs_node_ship(n, to, path, dest, &rc, &cid, false, &st, err);
 	dmarfs_node_unpin(CTX(n), &rc);
 	dmar_recipe_free(&rc);
 	if (r < 0)

@@ -77,6 +77,7 @@ grep -qx f.bin "$T/ls" || fail "ls a/@c/got: $(tr '\n' ' ' <"$T/ls")"
 
 check "the same transfer again, under another name: no chunk sent, and c counts what b's client says it asked"
 wb=$(net_bytes b)
+k0=$(net_node_info c commits.content)
 rc0=$(net_node_info c server.requests)
 code=$(NET_CURL_MAX=120 net_api b b POST /v1/transfers -H 'Content-Type: application/json' \
 	-d '{"path": "f.bin", "to": "c", "dest": "f-again.bin"}')
@@ -97,6 +98,9 @@ wbytes=$(json_get "$T/xfer2.json" wire_bytes) || fail "no wire_bytes in $(cat "$
 [ "$wbytes" -lt $((1 * MiB)) ] || fail "wire_bytes is $wbytes for a file c holds"
 [ "$(json_get "$T/xfer2.json" chunks_sent)" = 0 ] || fail "chunks were sent for a file c holds: $(cat "$T/xfer2.json")"
 [ "$sb" -lt $((1 * MiB)) ] || fail "$(mib "$sb") crossed b's link for a file c holds"
+# c made it from the content it holds (the transfer's X-Dmar-Content).
+k1=$(net_node_info c commits.content)
+[ $((k1 - k0)) = 1 ] || fail "c made $((k1 - k0)) files from content it holds (expected 1)"
 
 check "a's copy sent from a to c sends almost nothing: c has every chunk from b"
 cp "$S/f.bin" "$A/f.bin" || fail "cp into a"
