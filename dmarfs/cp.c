@@ -471,7 +471,7 @@ static int cp_push(struct endpoint *s, struct endpoint *d, bool noreplace)
 	pr.t0 = cli_now();
 	struct dmar_chunk_source cs = { .get = src_get, .put = src_put, .ctx = &src };
 	struct dmar_xfer_stats xs = { 0 };
-	ret = dmar_client_push(d->c, d->path, &r, NULL, &cs, noreplace, on_progress, &pr, &xs, &err);
+	ret = dmar_client_push(d->c, d->path, &r, NULL, &cs, noreplace ? DMAR_PUSH_NOREPLACE : 0, on_progress, &pr, &xs, &err);
 	progress_end(&pr);
 	xs.seconds = cli_now() - t0; /* the hashing here is part of the copy */
 	if (ret < 0) {

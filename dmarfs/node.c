@@ -640,8 +640,10 @@ static int op_clone(void *ctx, const char *path, const struct dmar_recipe *head,
 /* Encode i so that it is all chunks and holes, and take its recipe with
  * every chunk pinned.  Chunks are needed to ship even from an encode=none
  * mount: those files are chunked (dedup) for the occasion.  cid (may be
- * NULL) gets its content id. */
-static int take_recipe(struct dmarfs *fs, struct inode *i, struct dmar_recipe *rc, struct dmar_id *cid)
+ * NULL) gets its content id, *known whether it was known before (the
+ * file is a copy of one shipped). */
+static int take_recipe(struct dmarfs *fs, struct inode *i, struct dmar_recipe *rc, struct dmar_id *cid,
+		       bool *known)
 {
 	struct dmar_fsctx c = fs->cfg.ctx;
 	if (c.encode == DMAR_ENCODE_NONE)
@@ -661,7 +663,7 @@ static int take_recipe(struct dmarfs *fs, struct inode *i, struct dmar_recipe *r
 			/* The content id for a transfer: known once the file
 			 * was shipped or copied from one that was; published
 			 * here so that the next one is (an optimisation). */
-			if (!r && cid && !dmar_file_content_known(&i->f, cid)) {
+			if (!r && cid && !(*known = dmar_file_content_known(&i->f, cid))) {
 				if ((r = dmar_recipe_ids(rc, NULL, cid)) < 0) {
 					dmarfs_node_unpin(&c, rc);
 					dmar_recipe_free(rc);
@@ -698,7 +700,7 @@ static int op_recipe(void *ctx, const char *path, uint8_t **buf, size_t *len, st
 	if (r < 0)
 		return r;
 	struct dmar_recipe rc;
-	r = take_recipe(n->fs, i, &rc, NULL);
+	r = take_recipe(n->fs, i, &rc, NULL, NULL);
 	unhold(n->fs, i);
 	if (r < 0)
 		return r;
@@ -752,12 +754,13 @@ static int op_transfer(void *ctx, const char *path, const char *to, const char *
 		return r;
 	struct dmar_recipe rc;
 	struct dmar_id cid;
-	r = take_recipe(n->fs, i, &rc, &cid);
+	bool known = false;
+	r = take_recipe(n->fs, i, &rc, &cid, &known);
 	unhold(n->fs, i);
 	if (r < 0)
 		return r;
 	struct dmar_xfer_stats st;
-	r = dmarfs_node_ship(n, to, path, dest, &rc, &cid, false, &st, err);
+	r = dmarfs_node_ship(n, to, path, dest, &rc, &cid, known ? DMAR_PUSH_CONTENT_FIRST : 0, &st, err);
 	dmarfs_node_unpin(CTX(n), &rc);
 	dmar_recipe_free(&rc);
 	if (r < 0)
@@ -876,7 +879,7 @@ static void on_progress(void *ctx, const struct dmar_xfer_stats *st)
 }
 
 int dmarfs_node_ship(struct dmarfs_node *n, const char *to, const char *src, const char *dest,
-		     const struct dmar_recipe *r, const struct dmar_id *cid, bool noreplace, struct dmar_xfer_stats *st,
+		     const struct dmar_recipe *r, const struct dmar_id *cid, unsigned flags, struct dmar_xfer_stats *st,
 		     struct dmar_error *err)
 {
 	struct dmar_client *cl = dmarfs_node_peer(n, to);
@@ -894,7 +897,7 @@ int dmarfs_node_ship(struct dmarfs_node *n, const char *to, const char *src, con
 			dmar_server_event(n->server, ev);
 	}
 	struct dmar_chunk_source cs = { .get = src_get, .put = src_put, .ctx = n };
-	int rc = dmar_client_push(cl, dest, r, cid, &cs, noreplace, p.base ? on_progress : NULL, &p, st, err);
+	int rc = dmar_client_push(cl, dest, r, cid, &cs, flags, p.base ? on_progress : NULL, &p, st, err);
 	dmarfs_remote_changed(n->fs); /* even a failed push may have changed the peer */
 	json_t *ev = p.base ? xfer_event(rc < 0 ? "transfer.failed" : "transfer.done", p.base, st) : NULL;
 	if (ev && rc < 0) {

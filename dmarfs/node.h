@@ -59,10 +59,10 @@ struct dmar_client *dmarfs_node_peer(struct dmarfs_node *n, const char *name);
  * Sends events (transfer.started/progress/done/failed) to the node's
  * websocket clients.  st gets the figures (also on failure).  Returns 0 or
  * the peer's or the network's -errno, with err.  cid: r's content id if
- * the caller knows it (NULL: computed).
+ * the caller knows it (NULL: computed); flags: dmar_client_push's.
  */
 int dmarfs_node_ship(struct dmarfs_node *n, const char *to, const char *src, const char *dest,
-		     const struct dmar_recipe *r, const struct dmar_id *cid, bool noreplace, struct dmar_xfer_stats *st,
+		     const struct dmar_recipe *r, const struct dmar_id *cid, unsigned flags, struct dmar_xfer_stats *st,
 		     struct dmar_error *err);
 
 /* Take (pin) or drop one reference on every chunk entry of r: a recipe

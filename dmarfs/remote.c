@@ -636,10 +636,12 @@ static int ship(struct dmarfs *fs, struct rinode *ri)
 	rc.mtime_nsec = (uint32_t)ri->st.st_mtim.tv_nsec;
 	/* The content id, known when ri->f is a copy of a file shipped
 	 * before (cp of the same file under another name): then it is not
-	 * hashed again, and the peer, which holds that content, makes the
-	 * file from it in one round trip whatever its size. */
+	 * hashed again, and the commit is content-only (no recipe): the
+	 * peer, which likely holds that content, makes the file from it in
+	 * one round trip whatever its size. */
 	struct dmar_id cid;
-	if (!dmar_file_content_known(&ri->f, &cid)) {
+	bool known = dmar_file_content_known(&ri->f, &cid);
+	if (!known) {
 		if ((r = dmar_recipe_ids(&rc, NULL, &cid)) < 0) {
 			dmar_recipe_free(&rc);
 			return -close_errno(r);
@@ -648,7 +650,8 @@ static int ship(struct dmarfs *fs, struct rinode *ri)
 	}
 	/* ri->f holds a reference on every chunk while we hold its lock. */
 	struct dmar_xfer_stats st;
-	r = dmarfs_node_ship(fs->remote->node, ri->peer, "(write)", ri->path, &rc, &cid, false, &st, &err);
+	r = dmarfs_node_ship(fs->remote->node, ri->peer, "(write)", ri->path, &rc, &cid,
+			     known ? DMAR_PUSH_CONTENT_FIRST : 0, &st, &err);
 	if (!r) {
 		ri->dirty = false;
 		ri->loaded_size = rc.size;

@@ -105,9 +105,15 @@ struct dmar_chunk_source {
  * peer has no file at path (the commit is the only step that creates it).
  * The first commit carries r's content id (cid, computed when NULL): a
  * peer that holds that content under another name makes the file from it.
+ * flags: DMAR_PUSH_NOREPLACE (-EEXIST rather than replace a file at path);
+ * DMAR_PUSH_CONTENT_FIRST (with cid: the peer likely holds that content,
+ * a copy of a file shipped before; ask with the recipe's header alone,
+ * one more round trip when it does not).
  */
+#define DMAR_PUSH_NOREPLACE 1u
+#define DMAR_PUSH_CONTENT_FIRST 2u
 int dmar_client_push(struct dmar_client *c, const char *path, const struct dmar_recipe *r,
-		     const struct dmar_id *cid, const struct dmar_chunk_source *src, bool noreplace,
+		     const struct dmar_id *cid, const struct dmar_chunk_source *src, unsigned flags,
 		     dmar_xfer_progress_fn progress, void *pctx, struct dmar_xfer_stats *st, struct dmar_error *err);
 
 /* Where pull puts chunks: put is called once per chunk fetched, after the

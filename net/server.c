@@ -632,8 +632,6 @@ static int try_clone(struct req *q, const char *hex, bool is_short, bool norepla
 {
 	struct dmar_id cid, rid, want;
 	struct dmar_recipe head;
-	if (!q->s->ops->clone)
-		return -ENOENT;
 	if (dmar_id_parse(hex, &cid) < 0) {
 		*ret = reply_error(q, -EINVAL, 0, "X-Dmar-Content: not a content id (64 hex digits)");
 		return 0;
@@ -651,9 +649,17 @@ static int try_clone(struct req *q, const char *hex, bool is_short, bool norepla
 		return 0;
 	}
 	json_t *o = NULL;
-	if ((r = q->s->ops->clone(q->s->ctx, q->path, &head, &cid, noreplace, &o, &q->err)) == -ENOENT) {
+	r = q->s->ops->clone ? q->s->ops->clone(q->s->ctx, q->path, &head, &cid, noreplace, &o, &q->err) : -ENOENT;
+	if (r == -ENOENT) {
 		memset(&q->err, 0, sizeof(q->err));
-		return -ENOENT;
+		/* A short recipe's header and no entries: a content-only
+		 * commit, which only this content could have answered. */
+		if (!is_short || q->len != DMAR_RECIPE_SHORT_HDR_SIZE || !head.n)
+			return -ENOENT;
+		o = json_pack("{s:i, s:s}", "missing_count", 0, "resend", "recipe");
+		*ret = reply_error_full(q, -ENODATA, MHD_HTTP_CONFLICT,
+					"content-only commit: this node holds no file with that content", o, NULL, NULL);
+		return 0;
 	}
 	if (r == -EEXIST && noreplace) {
 		json_decref(o);

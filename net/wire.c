@@ -268,7 +268,7 @@ static int uleb_get(const uint8_t **p, const uint8_t *end, uint64_t *v)
 	return -1;
 }
 
-size_t dmar_recipe_short_write(const struct dmar_recipe *r, const struct dmar_id *id, unsigned idlen, uint8_t *out)
+void dmar_recipe_short_head_write(const struct dmar_recipe *r, const struct dmar_id *id, unsigned idlen, uint8_t *out)
 {
 	memset(out, 0, DMAR_RECIPE_SHORT_HDR_SIZE);
 	memcpy(out, DMAR_RECIPE_SHORT_MAGIC, 4);
@@ -280,6 +280,11 @@ size_t dmar_recipe_short_write(const struct dmar_recipe *r, const struct dmar_id
 	dmar_put_le32(out + 32, r->mtime_nsec);
 	dmar_put_le32(out + 36, (uint32_t)r->n);
 	memcpy(out + 48, id->b, DMAR_HASH_SIZE);
+}
+
+size_t dmar_recipe_short_write(const struct dmar_recipe *r, const struct dmar_id *id, unsigned idlen, uint8_t *out)
+{
+	dmar_recipe_short_head_write(r, id, idlen, out);
 	uint8_t *p = out + DMAR_RECIPE_SHORT_HDR_SIZE;
 	for (size_t i = 0; i < r->n; i++) {
 		const struct dmar_recipe_entry *e = &r->e[i];

@@ -177,6 +177,9 @@ size_t dmar_recipe_short_max_size(size_t n);
  * id, the id of r's full recipe (dmar_recipe_write); out has
  * dmar_recipe_short_max_size(r->n) bytes.  Returns the bytes written. */
 size_t dmar_recipe_short_write(const struct dmar_recipe *r, const struct dmar_id *id, unsigned idlen, uint8_t *out);
+/* Its 80-byte header alone (r->n entries said, none written): the body
+ * of a content-only commit (docs/rest-api.md, X-Dmar-Content). */
+void dmar_recipe_short_head_write(const struct dmar_recipe *r, const struct dmar_id *id, unsigned idlen, uint8_t *out);
 /*
  * Parse len bytes of untrusted input: r as dmar_recipe_parse gives it, but
  * each chunk entry's id holds only the first *idlen bytes (the rest zero);

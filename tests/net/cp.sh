@@ -90,9 +90,15 @@ sent=$(wire_since "$w0")
 # a's w2.bin after that leaves what a shows of @b/ as b has it.
 cp "$A/w2.bin" "$A/w2c.bin" || fail "cp a/w2.bin a/w2c.bin"
 k0=$(net_node_info b commits.content)
+w0=$(net_bytes a)
 cp "$A/w2c.bin" "$A/@b/w2-again.bin" || fail "cp of a/w2c.bin into @b/"
+sent=$(wire_since "$w0")
 k1=$(net_node_info b commits.content)
 [ $((k1 - k0)) = 1 ] || fail "b made $((k1 - k0)) files from content for a copy of a shared file (expected 1)"
+# a knew the content id (w2.bin was shipped): the commit carried the
+# recipe's header alone, not its 1024 entries
+[ "$sent" -lt 65536 ] || fail "$sent bytes crossed for a copy whose content b holds (a content-only commit)"
+say "  copy of a shipped file: $sent bytes on the wire"
 printf 'changed' | dd of="$A/w2c.bin" bs=1 seek=5000 conv=notrunc status=none || fail "write to a/w2c.bin"
 [ "$(digest "$A/@b/w2-again.bin")" = "$(digest "$S/w2.bin")" ] || fail "a write to a/w2c.bin changed @b/w2-again.bin"
 [ "$(digest "$A/w2.bin")" = "$(digest "$S/w2.bin")" ] || fail "a write to a/w2c.bin changed a/w2.bin"

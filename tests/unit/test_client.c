@@ -899,7 +899,7 @@ static int push(struct dmar_client *c, struct tfile *f, const char *path, struct
 		struct dmar_error *err)
 {
 	struct dmar_chunk_source src = { src_get, src_put, f };
-	return dmar_client_push(c, path, &f->r, NULL, &src, false, NULL, NULL, st, err);
+	return dmar_client_push(c, path, &f->r, NULL, &src, 0, NULL, NULL, st, err);
 }
 
 /* A push that must succeed: on failure, say why before the assert fires. */
@@ -1177,10 +1177,10 @@ static void test_push_noreplace(void **state)
 	struct dmar_client *c = client_for(F->port, NULL, 4);
 	struct dmar_chunk_source src = { src_get, src_put, &f };
 	struct dmar_error err = { 0 };
-	assert_int_equal(dmar_client_push(c, "x", &f.r, NULL, &src, true, NULL, NULL, NULL, &err), 0);
-	assert_int_equal(dmar_client_push(c, "x", &f.r, NULL, &src, true, NULL, NULL, NULL, &err), -EEXIST);
+	assert_int_equal(dmar_client_push(c, "x", &f.r, NULL, &src, DMAR_PUSH_NOREPLACE, NULL, NULL, NULL, &err), 0);
+	assert_int_equal(dmar_client_push(c, "x", &f.r, NULL, &src, DMAR_PUSH_NOREPLACE, NULL, NULL, NULL, &err), -EEXIST);
 	memset(&err, 0, sizeof(err));
-	assert_int_equal(dmar_client_push(c, "x", &f.r, NULL, &src, false, NULL, NULL, NULL, &err), 0);
+	assert_int_equal(dmar_client_push(c, "x", &f.r, NULL, &src, 0, NULL, NULL, NULL, &err), 0);
 	dmar_client_free(c);
 	tfile_free(&f);
 }

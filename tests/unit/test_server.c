@@ -1403,6 +1403,34 @@ static void test_commit_content(void **state)
 	assert_null(find_file("c4.bin"));
 	assert_int_equal(F.clones, 2);
 
+	/* A content-only commit (the short recipe's header alone): made
+	 * when held, 409 "resend": "recipe" when not, never a parse error. */
+	http_full(&r, "PUT", "/v1/files/c5.bin", sb, DMAR_RECIPE_SHORT_HDR_SIZE, &so);
+	assert_int_equal(r.status, 201);
+	resp_free(&r);
+	assert_int_equal(F.clones, 3);
+	assert_non_null(find_file("c5.bin"));
+	struct tchunk o[1];
+	make_chunk(&o[0], 2000, 72, false, false);
+	uint8_t *osb = NULL;
+	size_t olen;
+	osb = make_short(o, 1, NULL, &olen);
+	struct dmar_recipe orc = sample_file(o, 1);
+	struct dmar_id ocid;
+	assert_int_equal(dmar_recipe_ids(&orc, NULL, &ocid), 0);
+	char ohdr[96];
+	snprintf(ohdr, sizeof(ohdr), "X-Dmar-Content: ");
+	dmar_hex(ocid.b, 32, ohdr + strlen(ohdr));
+	http_full(&r, "PUT", "/v1/files/c6.bin", osb, DMAR_RECIPE_SHORT_HDR_SIZE,
+		  &(struct req_opts){ .ctype = "application/x-dmar-recipe-short", .header = ohdr });
+	assert_error(&r, 409, "ENODATA");
+	assert_string_equal(json_string_value(json_object_get(r.json, "resend")), "recipe");
+	resp_free(&r);
+	assert_null(find_file("c6.bin"));
+	free(orc.e);
+	free(osb);
+	free_chunk(&o[0]);
+
 	/* If-None-Match: * holds for clones too. */
 	http_full(&r, "PUT", "/v1/files/c2.bin", sb, len,
 		  &(struct req_opts){ .ctype = "application/x-dmar-recipe-short",
