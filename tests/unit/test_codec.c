@@ -1153,6 +1153,7 @@ static void test_decoder_positional(void **state)
 					print_error("positional decode: %d %s\n", r, err.msg);
 				assert_int_equal(r, 0);
 				assert_false(b.overlap);
+				assert_false(b.concurrent);
 				assert_int_equal(b.written, len);
 				assert_int_equal(b.end, len);
 				assert_memory_equal(b.p, in, len);
