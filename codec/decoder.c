@@ -14,6 +14,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -109,6 +110,12 @@ struct dec {
 	struct dmar_header_info h;
 	struct dmar_pool *pool;
 	struct dmar_pool *wpool; /* one thread writing verified blocks (opts.pwrite) */
+	/* Held across each positional write.  The caller also runs queued
+	 * write jobs while it waits for a slot, and two writes at once to
+	 * one file only meet on its inode lock in the kernel, where the
+	 * second spins (perf, unpack -T2 of the tar corpus: 3.5 % of samples
+	 * in rwsem_spin_on_owner); here it sleeps and yields the core. */
+	pthread_mutex_t wlock;
 	ZSTD_DCtx **dctx;        /* one per worker, no dictionary */
 	ZSTD_DCtx **dctx_pack;   /* one per worker, with the byte pack */
 	struct dec_job *ring;
@@ -263,8 +270,10 @@ static void write_block(struct dmar_pool_job *pj, unsigned worker)
 {
 	(void)worker;
 	struct dec_job *j = (struct dec_job *)((char *)pj - offsetof(struct dec_job, wj));
-	const struct dmar_decoder_opts *o = j->d->o;
-	j->wrc = o->pwrite(o->pwrite_ctx, j->result, j->logical, j->offset);
+	struct dec *d = j->d;
+	pthread_mutex_lock(&d->wlock);
+	j->wrc = d->o->pwrite(d->o->pwrite_ctx, j->result, j->logical, j->offset);
+	pthread_mutex_unlock(&d->wlock);
 }
 
 /* Before slot j takes a new block: its last block must be written. */
@@ -662,6 +671,7 @@ static void teardown(struct dec *d)
 			dmar_pool_wait(d->wpool, &d->ring[i].wj);
 	dmar_pool_free(d->wpool);
 	dmar_pool_free(d->pool);
+	pthread_mutex_destroy(&d->wlock);
 	unsigned t = d->o->threads ? d->o->threads : 1;
 	for (unsigned i = 0; i < t; i++) {
 		if (d->dctx)
@@ -707,7 +717,7 @@ int dmar_decode(const struct dmar_decoder_opts *o, dmar_read_fn read, void *rctx
 		dmar_write_fn write, void *wctx, void (*progress)(void *, uint64_t), void *pctx,
 		struct dmar_decode_stats *st, struct dmar_error *err)
 {
-	struct dec d = { .o = o, .read = read, .rctx = rctx, .err = err };
+	struct dec d = { .o = o, .read = read, .rctx = rctx, .err = err, .wlock = PTHREAD_MUTEX_INITIALIZER };
 	struct dmar_error local = { 0 };
 	if (!d.err)
 		d.err = &local;

@@ -18,6 +18,13 @@
  * on the test VM (first-touch page faults), slower than cutting and
  * hashing together, so on the caller's thread it set the pace of pack -T2:
  * 0.98 CPUs used of 2.
+ *
+ * Only one thread writes at a time, though: writes to one file serialize
+ * on its inode lock in the kernel anyway, and a second writer there spins
+ * on the lock (perf on pack -T2: 2.5-17 % of samples in
+ * rwsem_spin_on_owner, the high end when first-touch faults made writes
+ * slow).  A placed block goes on a write queue; whoever finds no write in
+ * progress drains the queue, anyone else goes back to hashing.
  */
 #include "config.h"
 
@@ -60,6 +67,12 @@ struct block_job {
 	bool raw;
 	int rc;
 	struct dmar_error err;
+	/* Positional output: at is the record's offset; the job is on the
+	 * write queue from place() until written (protected by seq.lock). */
+	uint64_t at;
+	struct block_job *wnext;
+	bool queued, written;
+	int wrc;
 };
 
 /* Where positional writes go next: the offset of block `next`. */
@@ -69,6 +82,11 @@ struct place_seq {
 	uint64_t next;           /* protected by lock */
 	uint64_t pos;            /* protected by lock */
 	bool broken;             /* protected by lock: a block failed, none after it is placed */
+	/* Placed blocks not yet written, oldest first, and whether a thread
+	 * is writing them out (all protected by lock). */
+	struct block_job *wq_head, *wq_tail;
+	bool writing;
+	pthread_cond_t wrote;    /* broadcast when a queued block is written */
 };
 
 struct dmar_encoder {
@@ -142,16 +160,61 @@ static void place(struct dmar_encoder *e, struct block_job *j)
 					       j->index);
 		return;
 	}
-	uint64_t at = q->pos;
+	j->at = q->pos;
 	q->pos += j->rec_len + j->payload_len;
 	q->next++;
 	pthread_cond_broadcast(&q->moved);
+	j->wnext = NULL;
+	j->queued = true;
+	j->written = false;
+	if (q->wq_tail)
+		q->wq_tail->wnext = j;
+	else
+		q->wq_head = j;
+	q->wq_tail = j;
+	if (q->writing) {
+		/* The thread writing will take this block too. */
+		pthread_mutex_unlock(&q->lock);
+		return;
+	}
+	q->writing = true;
+	struct block_job *w;
+	while ((w = q->wq_head)) {
+		q->wq_head = w->wnext;
+		if (!q->wq_head)
+			q->wq_tail = NULL;
+		pthread_mutex_unlock(&q->lock);
+		int r = e->o.pwrite(e->o.pwrite_ctx, w->rec, w->rec_len, w->at);
+		if (r == 0 && w->payload_len)
+			r = e->o.pwrite(e->o.pwrite_ctx, w->payload, w->payload_len, w->at + w->rec_len);
+		pthread_mutex_lock(&q->lock);
+		w->wrc = r;
+		w->written = true;
+		pthread_cond_broadcast(&q->wrote);
+	}
+	q->writing = false;
 	pthread_mutex_unlock(&q->lock);
-	int r = e->o.pwrite(e->o.pwrite_ctx, j->rec, j->rec_len, at);
-	if (r == 0 && j->payload_len)
-		r = e->o.pwrite(e->o.pwrite_ctx, j->payload, j->payload_len, at + j->rec_len);
-	if (r < 0)
-		j->rc = dmar_error_errno(&j->err, r, "write");
+}
+
+/* Positional output: wait until j's bytes are written (its buffers may be
+ * reused then), hashing queued blocks meanwhile rather than idling: the
+ * thread writing may be a worker that would otherwise hash them. */
+static int wait_written(struct dmar_encoder *e, struct block_job *j)
+{
+	struct place_seq *q = &e->seq;
+	pthread_mutex_lock(&q->lock);
+	while (j->queued && !j->written) {
+		pthread_mutex_unlock(&q->lock);
+		bool ran = dmar_pool_run_one(e->pool);
+		pthread_mutex_lock(&q->lock);
+		if (!ran && !j->written)
+			pthread_cond_wait(&q->wrote, &q->lock);
+	}
+	j->queued = false;
+	pthread_mutex_unlock(&q->lock);
+	if (j->wrc < 0)
+		return dmar_error_errno(e->err, j->wrc, "write");
+	return 0;
 }
 
 /* Does the block look compressible?  Level-1 zstd on 16 samples of 1 KiB
@@ -284,6 +347,8 @@ static int collect(struct dmar_encoder *e, struct block_job *j)
 	int r = j->rc;
 	if (r < 0)
 		return dmar_error_set(e->err, r, "%s", j->err.msg);
+	if (e->o.pwrite && !e->o.on_chunks && (r = wait_written(e, j)) < 0)
+		return r;
 
 	e->st.chunks += j->n;
 	e->st.absent_chunks += j->absent_n;
@@ -457,6 +522,7 @@ int dmar_encoder_new(struct dmar_encoder **out, const struct dmar_encoder_opts *
 	e->win_cap = DMAR_BLOCK_TARGET + chk.max;
 	pthread_mutex_init(&e->seq.lock, NULL);
 	pthread_cond_init(&e->seq.moved, NULL);
+	pthread_cond_init(&e->seq.wrote, NULL);
 	e->seq_init = true;
 	e->max_chunks = dmar_block_max_chunks(&chk);
 	/* The caller thread reads and cuts (about half the work per byte:
@@ -684,6 +750,9 @@ void dmar_encoder_free(struct dmar_encoder *e)
 	for (unsigned k = 0; k < e->ring_count; k++)
 		dmar_pool_wait(e->pool, &e->ring[(e->ring_head + k) % e->ring_cap].pj);
 	dmar_pool_free(e->pool);
+	/* Every placed block was written by the thread that was writing
+	 * when it was queued, and all of them have returned: nothing is
+	 * left on the write queue. */
 	if (e->ring) {
 		for (unsigned i = 0; i < e->ring_cap; i++) {
 			struct block_job *j = &e->ring[i];
@@ -714,6 +783,7 @@ void dmar_encoder_free(struct dmar_encoder *e)
 	if (e->seq_init) {
 		pthread_mutex_destroy(&e->seq.lock);
 		pthread_cond_destroy(&e->seq.moved);
+		pthread_cond_destroy(&e->seq.wrote);
 	}
 	free(e);
 }

@@ -29,7 +29,9 @@
 typedef int (*dmar_write_fn)(void *ctx, const void *buf, size_t len);
 
 /* Writes len bytes at offset off of the output or fails: 0 or -errno.
- * Called from several threads at once, for disjoint ranges. */
+ * Called from any of the encoder's (or decoder's) threads, for disjoint
+ * ranges, never two calls at once (a file's writes serialize in the
+ * kernel anyway). */
 typedef int (*dmar_pwrite_fn)(void *ctx, const void *buf, size_t len, uint64_t off);
 
 /* Called in file order with the chunks of each block (index-only mode). */

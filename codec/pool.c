@@ -137,6 +137,18 @@ void dmar_pool_wait(struct dmar_pool *p, struct dmar_pool_job *job)
 	pthread_mutex_unlock(&p->lock);
 }
 
+bool dmar_pool_run_one(struct dmar_pool *p)
+{
+	if (p->threads == 0)
+		return false; /* submit ran every job already */
+	pthread_mutex_lock(&p->lock);
+	struct dmar_pool_job *j = take(p);
+	if (j)
+		run(p, j, p->threads);
+	pthread_mutex_unlock(&p->lock);
+	return j != NULL;
+}
+
 bool dmar_pool_done(struct dmar_pool *p, struct dmar_pool_job *job)
 {
 	if (p->threads == 0)

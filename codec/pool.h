@@ -36,6 +36,9 @@ void dmar_pool_submit(struct dmar_pool *p, struct dmar_pool_job *job);
 /* Block until job (submitted earlier) has finished, running queued jobs
  * in the meantime. */
 void dmar_pool_wait(struct dmar_pool *p, struct dmar_pool_job *job);
+/* Run the oldest queued job, if any, on the owner's thread (as wait does
+ * while it waits); returns whether one ran.  Owner only. */
+bool dmar_pool_run_one(struct dmar_pool *p);
 /* Has job (submitted earlier) finished?  Never waits, runs nothing. */
 bool dmar_pool_done(struct dmar_pool *p, struct dmar_pool_job *job);
 

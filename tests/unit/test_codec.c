@@ -976,6 +976,8 @@ struct pbuf {
 	uint64_t fail_at;   /* with fail_code: fail a write that reaches this offset */
 	int fail_code;
 	bool overlap;
+	unsigned in_flight;  /* calls running now */
+	bool concurrent;     /* two calls ever ran at once */
 };
 
 static int pbuf_pwrite(void *ctx, const void *buf, size_t len, uint64_t off)
@@ -984,8 +986,15 @@ static int pbuf_pwrite(void *ctx, const void *buf, size_t len, uint64_t off)
 	if (b->fail_code && off + len > b->fail_at)
 		return b->fail_code;
 	assert_true(off + len <= b->cap);
-	memcpy(b->p + off, buf, len);
 	pthread_mutex_lock(&b->lock);
+	b->concurrent |= ++b->in_flight > 1;
+	pthread_mutex_unlock(&b->lock);
+	memcpy(b->p + off, buf, len);
+	/* Long enough for a second writer, if the code let one in, to
+	 * arrive while this one is still running. */
+	usleep(200);
+	pthread_mutex_lock(&b->lock);
+	b->in_flight--;
 	for (size_t i = 0; i < len; i++)
 		b->overlap |= b->seen[off + i]++ != 0;
 	b->written += len;
@@ -1078,6 +1087,7 @@ static void test_encoder_positional(void **state)
 					print_error("positional: %d %s\n", r, err.msg);
 				assert_int_equal(r, 0);
 				assert_false(b.overlap);
+				assert_false(b.concurrent);
 				assert_int_equal(b.written, want.len);
 				assert_int_equal(b.end, want.len);
 				assert_memory_equal(b.p, want.p, want.len);
@@ -1143,6 +1153,7 @@ static void test_decoder_positional(void **state)
 					print_error("positional decode: %d %s\n", r, err.msg);
 				assert_int_equal(r, 0);
 				assert_false(b.overlap);
+				assert_false(b.concurrent);
 				assert_int_equal(b.written, len);
 				assert_int_equal(b.end, len);
 				assert_memory_equal(b.p, in, len);
