@@ -625,6 +625,20 @@ out:
 	return r;
 }
 
+/* A commit's answer: 201 with the stat object, 409 with o (chunks
+ * missing, or resend), 412 for noreplace, else the error. */
+static enum MHD_Result commit_reply(struct req *q, int r, json_t *o, bool noreplace)
+{
+	if (r == -ENODATA)
+		return reply_error_full(q, r, MHD_HTTP_CONFLICT, q->err.code ? q->err.msg : "chunks missing", o,
+					NULL, NULL);
+	if (r == -EEXIST && noreplace) {
+		json_decref(o);
+		return reply_error(q, r, MHD_HTTP_PRECONDITION_FAILED, q->err.code ? q->err.msg : "file exists");
+	}
+	return reply_object(q, r, MHD_HTTP_CREATED, o);
+}
+
 /* X-Dmar-Content: make the file from content the node holds.  0 when
  * the clone answered (*ret set), -ENOENT to read the body's recipe as
  * usual. */
@@ -657,16 +671,9 @@ static int try_clone(struct req *q, const char *hex, bool is_short, bool norepla
 		if (!is_short || q->len != DMAR_RECIPE_SHORT_HDR_SIZE || !head.n)
 			return -ENOENT;
 		o = json_pack("{s:i, s:s}", "missing_count", 0, "resend", "recipe");
-		*ret = reply_error_full(q, -ENODATA, MHD_HTTP_CONFLICT,
-					"content-only commit: this node holds no file with that content", o, NULL, NULL);
-		return 0;
+		r = dmar_error_set(&q->err, -ENODATA, "content-only commit: this node holds no file with that content");
 	}
-	if (r == -EEXIST && noreplace) {
-		json_decref(o);
-		*ret = reply_error(q, r, MHD_HTTP_PRECONDITION_FAILED, q->err.code ? q->err.msg : "file exists");
-	} else {
-		*ret = reply_object(q, r, MHD_HTTP_CREATED, o);
-	}
+	*ret = commit_reply(q, r, o, noreplace);
 	return 0;
 }
 
@@ -694,15 +701,14 @@ static enum MHD_Result h_commit(struct req *q)
 	struct dmar_recipe rc;
 	struct dmar_id rid, cid;
 	unsigned idlen;
+	/* A full recipe's content id comes from checking its trailer. */
 	int r = is_short ? dmar_recipe_short_parse(q->body, q->len, &rc, &rid, &idlen, &q->err)
-			 : dmar_recipe_parse(q->body, q->len, &rc, &q->err);
+			 : dmar_recipe_parse_cid(q->body, q->len, &rc, &cid, &q->err);
 	if (r < 0)
 		return reply_ops_error(q, r);
 	json_t *o = NULL;
 	if (is_short)
 		r = short_complete(q, &rc, &rid, idlen, &cid, &o);
-	else
-		r = dmar_recipe_ids(&rc, NULL, &cid);
 	if (r == 0) {
 		r = q->s->ops->commit(q->s->ctx, q->path, &rc, &cid, noreplace, &o, &q->err);
 		if (r == -ENODATA && as_bits) {
@@ -714,14 +720,7 @@ static enum MHD_Result h_commit(struct req *q)
 		}
 	}
 	dmar_recipe_free(&rc);
-	if (r == -ENODATA)
-		return reply_error_full(q, r, MHD_HTTP_CONFLICT, q->err.code ? q->err.msg : "chunks missing", o,
-					NULL, NULL);
-	if (r == -EEXIST && noreplace) {
-		json_decref(o);
-		return reply_error(q, r, MHD_HTTP_PRECONDITION_FAILED, q->err.code ? q->err.msg : "file exists");
-	}
-	return reply_object(q, r, MHD_HTTP_CREATED, o);
+	return commit_reply(q, r, o, noreplace);
 }
 
 /* GET /v1/recipes/PATH */

@@ -49,12 +49,20 @@ static void entry_write(const struct dmar_recipe_entry *e, uint8_t *p)
 	dmar_put_le32(p + 44, e->kind);
 }
 
-void dmar_recipe_id_of(const struct dmar_recipe *r, size_t n, const struct dmar_id *cid, struct dmar_id *rid)
+/* The recipe id of the 48-byte header head and content id cid. */
+static void id_from_head(const uint8_t *head, const struct dmar_id *cid, struct dmar_id *rid)
 {
 	uint8_t b[DMAR_RECIPE_HDR_SIZE + DMAR_HASH_SIZE];
-	head_write(r, n, b);
+	memcpy(b, head, DMAR_RECIPE_HDR_SIZE);
 	memcpy(b + DMAR_RECIPE_HDR_SIZE, cid->b, DMAR_HASH_SIZE);
 	dmar_hash(b, sizeof(b), rid);
+}
+
+void dmar_recipe_id_of(const struct dmar_recipe *r, size_t n, const struct dmar_id *cid, struct dmar_id *rid)
+{
+	uint8_t head[DMAR_RECIPE_HDR_SIZE];
+	head_write(r, n, head);
+	id_from_head(head, cid, rid);
 }
 
 int dmar_recipe_ids(const struct dmar_recipe *r, struct dmar_id *rid, struct dmar_id *cid)
@@ -94,10 +102,7 @@ void dmar_recipe_write(const struct dmar_recipe *r, uint8_t *out, struct dmar_id
 		entry_write(&r->e[i], p);
 	struct dmar_id cid, sum;
 	dmar_hash(out + DMAR_RECIPE_HDR_SIZE, (size_t)(p - out) - DMAR_RECIPE_HDR_SIZE, &cid);
-	uint8_t b[DMAR_RECIPE_HDR_SIZE + DMAR_HASH_SIZE];
-	memcpy(b, out, DMAR_RECIPE_HDR_SIZE);
-	memcpy(b + DMAR_RECIPE_HDR_SIZE, cid.b, DMAR_HASH_SIZE);
-	dmar_hash(b, sizeof(b), &sum);
+	id_from_head(out, &cid, &sum);
 	memcpy(p, sum.b, DMAR_HASH_SIZE);
 	if (id)
 		*id = sum;
@@ -179,6 +184,13 @@ static int full_head(const uint8_t *b, size_t len, struct dmar_recipe *h, uint32
 
 int dmar_recipe_parse(const void *buf, size_t len, struct dmar_recipe *r, struct dmar_error *err)
 {
+	struct dmar_id cid;
+	return dmar_recipe_parse_cid(buf, len, r, &cid, err);
+}
+
+int dmar_recipe_parse_cid(const void *buf, size_t len, struct dmar_recipe *r, struct dmar_id *cid,
+			  struct dmar_error *err)
+{
 	const uint8_t *b = buf;
 	struct dmar_recipe h;
 	uint32_t n;
@@ -186,12 +198,9 @@ int dmar_recipe_parse(const void *buf, size_t len, struct dmar_recipe *r, struct
 	if (rc < 0)
 		return rc;
 	size_t body = len - DMAR_RECIPE_TRAILER_SIZE;
-	uint8_t hb[DMAR_RECIPE_HDR_SIZE + DMAR_HASH_SIZE];
-	struct dmar_id cid, sum;
-	dmar_hash(b + DMAR_RECIPE_HDR_SIZE, body - DMAR_RECIPE_HDR_SIZE, &cid);
-	memcpy(hb, b, DMAR_RECIPE_HDR_SIZE);
-	memcpy(hb + DMAR_RECIPE_HDR_SIZE, cid.b, DMAR_HASH_SIZE);
-	dmar_hash(hb, sizeof(hb), &sum);
+	struct dmar_id c, sum;
+	dmar_hash(b + DMAR_RECIPE_HDR_SIZE, body - DMAR_RECIPE_HDR_SIZE, &c);
+	id_from_head(b, &c, &sum);
 	if (memcmp(sum.b, b + body, DMAR_HASH_SIZE) != 0)
 		return dmar_error_set(err, -EBADMSG, "recipe: checksum mismatch (corrupt or truncated)");
 
@@ -222,6 +231,7 @@ int dmar_recipe_parse(const void *buf, size_t len, struct dmar_recipe *r, struct
 	h.n = n;
 	h.e = e;
 	*r = h;
+	*cid = c;
 	return 0;
 }
 

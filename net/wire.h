@@ -152,6 +152,10 @@ void dmar_recipe_write(const struct dmar_recipe *r, uint8_t *out, struct dmar_id
  * or -ENOMEM.  r is written only on success.
  */
 int dmar_recipe_parse(const void *buf, size_t len, struct dmar_recipe *r, struct dmar_error *err);
+/* The same, and *cid the recipe's content id (which checking the trailer
+ * computes anyway; written only on success). */
+int dmar_recipe_parse_cid(const void *buf, size_t len, struct dmar_recipe *r, struct dmar_id *cid,
+			  struct dmar_error *err);
 void dmar_recipe_free(struct dmar_recipe *r); /* frees r->e; NULL-safe */
 /* The header of a recipe (is_short false) or short recipe in len bytes
  * of untrusted input, checked as the parsers check it (a recipe's length
