@@ -308,6 +308,17 @@ int dmar_file_publish(struct dmar_file *f, struct dmar_fsctx *c, const struct dm
 	return 0;
 }
 
+int dmar_file_content_id(struct dmar_file *f, struct dmar_fsctx *c, const struct dmar_recipe *r,
+			 struct dmar_id *cid, bool *known)
+{
+	if ((*known = dmar_file_content_known(f, cid)))
+		return 0;
+	int e = dmar_recipe_ids(r, NULL, cid);
+	if (e == 0)
+		(void)dmar_file_publish(f, c, cid); /* an optimisation: may fail */
+	return e;
+}
+
 int dmar_file_from_content(struct dmar_file *f, struct dmar_fsctx *c, const struct dmar_id *cid, uint64_t size)
 {
 	struct dmar_xtab *t = NULL;

@@ -173,6 +173,11 @@ bool dmar_file_content_known(const struct dmar_file *f, struct dmar_id *cid);
  * table, in c->index under cid unless another table is there.  0, -EAGAIN
  * (RAW extents), -ENOMEM. */
 int dmar_file_publish(struct dmar_file *f, struct dmar_fsctx *c, const struct dmar_id *cid);
+/* f's content id: the known one (*known true), else computed from r, f's
+ * recipe, and published on f (the caller holds f exclusively) so that
+ * the next ship of f or of a copy of it knows it.  0 or -ENOMEM. */
+int dmar_file_content_id(struct dmar_file *f, struct dmar_fsctx *c, const struct dmar_recipe *r,
+			 struct dmar_id *cid, bool *known);
 /* Replace f's contents by those of the published table with content id
  * cid and size bytes: 0, or -ENOENT if c's index has none (f unchanged). */
 int dmar_file_from_content(struct dmar_file *f, struct dmar_fsctx *c, const struct dmar_id *cid, uint64_t size);

@@ -557,10 +557,12 @@ static int link_new(struct dmarfs *fs, struct inode *d, const char *leaf, struct
 	return 0;
 }
 
-/* Make the file at path from rc's entries, or (rc->e NULL) from the
- * content the mount holds under cid; publish it under cid. */
+/* Make the file at path from rc's entries and publish it under cid, or
+ * (from_content: rc is a header without entries) from the content the
+ * mount holds under cid. */
 static int make_file(struct dmarfs_node *n, const char *path, const struct dmar_recipe *rc,
-		     const struct dmar_id *cid, bool noreplace, json_t **out, struct dmar_error *err)
+		     const struct dmar_id *cid, bool from_content, bool noreplace, json_t **out,
+		     struct dmar_error *err)
 {
 	struct dmarfs *fs = n->fs;
 	char leaf[256];
@@ -583,13 +585,13 @@ static int make_file(struct dmarfs_node *n, const char *path, const struct dmar_
 	struct dmar_id *miss = NULL;
 	size_t nmiss = 0;
 	pthread_rwlock_wrlock(&i->lock);
-	if (rc->e || !rc->n) {
+	if (from_content) {
+		r = dmar_file_from_content(&i->f, &fs->cfg.ctx, cid, rc->size);
+	} else {
 		r = dmar_file_from_recipe(&i->f, &fs->cfg.ctx, rc, &miss, &nmiss);
 		/* Publishing is an optimisation: a failure leaves it out. */
 		if (!r && cid)
 			(void)dmar_file_publish(&i->f, &fs->cfg.ctx, cid);
-	} else {
-		r = dmar_file_from_content(&i->f, &fs->cfg.ctx, cid, rc->size);
 	}
 	i->mtime = (struct timespec){ .tv_sec = rc->mtime_sec, .tv_nsec = rc->mtime_nsec };
 	pthread_rwlock_unlock(&i->lock);
@@ -614,9 +616,9 @@ static int make_file(struct dmarfs_node *n, const char *path, const struct dmar_
 	pthread_mutex_unlock(&fs->ns);
 	if (r < 0)
 		return r;
-	if (rc->e)
+	if (!from_content)
 		stage_release(n, rc);
-	atomic_fetch_add(rc->e || !rc->n ? &n->commits_recipe : &n->commits_content, 1);
+	atomic_fetch_add(from_content ? &n->commits_content : &n->commits_recipe, 1);
 	inval(fs, parent, leaf);
 	return 0;
 }
@@ -624,17 +626,15 @@ static int make_file(struct dmarfs_node *n, const char *path, const struct dmar_
 static int op_commit(void *ctx, const char *path, const struct dmar_recipe *rc, const struct dmar_id *cid,
 		     bool noreplace, json_t **out, struct dmar_error *err)
 {
-	return make_file(ctx, path, rc, cid, noreplace, out, err);
+	return make_file(ctx, path, rc, cid, false, noreplace, out, err);
 }
 
 static int op_clone(void *ctx, const char *path, const struct dmar_recipe *head, const struct dmar_id *cid,
 		    bool noreplace, json_t **out, struct dmar_error *err)
 {
-	struct dmar_recipe h = *head;
-	h.e = NULL;
-	if (!h.n) /* an empty file: its recipe says it all */
+	if (!head->n) /* an empty file: its recipe says it all */
 		return -ENOENT;
-	return make_file(ctx, path, &h, cid, noreplace, out, err);
+	return make_file(ctx, path, head, cid, true, noreplace, out, err);
 }
 
 /* Encode i so that it is all chunks and holes, and take its recipe with
@@ -661,15 +661,10 @@ static int take_recipe(struct dmarfs *fs, struct inode *i, struct dmar_recipe *r
 			if ((r = dmarfs_node_pin(&c, rc)) < 0)
 				dmar_recipe_free(rc);
 			/* The content id for a transfer: known once the file
-			 * was shipped or copied from one that was; published
-			 * here so that the next one is (an optimisation). */
-			if (!r && cid && !(*known = dmar_file_content_known(&i->f, cid))) {
-				if ((r = dmar_recipe_ids(rc, NULL, cid)) < 0) {
-					dmarfs_node_unpin(&c, rc);
-					dmar_recipe_free(rc);
-				} else {
-					(void)dmar_file_publish(&i->f, &c, cid);
-				}
+			 * was shipped or copied from one that was. */
+			if (!r && cid && (r = dmar_file_content_id(&i->f, &c, rc, cid, known)) < 0) {
+				dmarfs_node_unpin(&c, rc);
+				dmar_recipe_free(rc);
 			}
 		}
 		pthread_rwlock_unlock(&i->lock);

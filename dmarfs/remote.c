@@ -640,13 +640,10 @@ static int ship(struct dmarfs *fs, struct rinode *ri)
 	 * peer, which likely holds that content, makes the file from it in
 	 * one round trip whatever its size. */
 	struct dmar_id cid;
-	bool known = dmar_file_content_known(&ri->f, &cid);
-	if (!known) {
-		if ((r = dmar_recipe_ids(&rc, NULL, &cid)) < 0) {
-			dmar_recipe_free(&rc);
-			return -close_errno(r);
-		}
-		(void)dmar_file_publish(&ri->f, &c, &cid); /* an optimisation: may fail */
+	bool known;
+	if ((r = dmar_file_content_id(&ri->f, &c, &rc, &cid, &known)) < 0) {
+		dmar_recipe_free(&rc);
+		return -close_errno(r);
 	}
 	/* ri->f holds a reference on every chunk while we hold its lock. */
 	struct dmar_xfer_stats st;

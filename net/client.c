@@ -776,10 +776,9 @@ int dmar_client_query(struct dmar_client *c, const struct dmar_id *ids, size_t n
 #define CT_RECIPE_SHORT "application/x-dmar-recipe-short"
 
 /* PUT the recipe (ctype: full or short); *status the HTTP status (0 if
- * none came). */
-/* content: the recipe's content id, sent as X-Dmar-Content (NULL: not
- * sent), so that a peer holding that content under another name makes
- * the file from it without reading the recipe. */
+ * none came).  content: the recipe's content id, sent as X-Dmar-Content
+ * (NULL: not sent), so that a peer holding that content under another
+ * name makes the file from it without reading the recipe. */
 static int commit_one(struct dmar_client *c, const char *path, const char *ctype, const uint8_t *recipe, size_t len,
 		      const struct dmar_id *content, bool noreplace, json_t **out, struct tally *t, long *status,
 		      struct dmar_error *err)
@@ -1641,7 +1640,9 @@ int dmar_client_push(struct dmar_client *c, const char *path, const struct dmar_
 	 * prefix ambiguous, gets the full recipe.
 	 */
 	bool use_short = !atomic_load(&c->no_short);
-	unsigned ntries = 0;
+	/* The content id goes with the first commit only: a refusal says
+	 * the peer does not hold the content. */
+	bool ask_content = true;
 	if ((flags & DMAR_PUSH_CONTENT_FIRST) && use_short && r->n) {
 		/* The peer likely holds the content: ask with the 80-byte
 		 * header alone, not the recipe (393 KB for 1 GiB). */
@@ -1665,7 +1666,7 @@ int dmar_client_push(struct dmar_client *c, const char *path, const struct dmar_
 			dmar_error_set(err, ret, "%s", cerr.msg);
 			goto out;
 		}
-		ntries++; /* the peer said it does not hold the content */
+		ask_content = false;
 	}
 	if (!(sb = malloc(dmar_recipe_short_max_size(r->n)))) {
 		ret = -ENOMEM;
@@ -1683,12 +1684,10 @@ int dmar_client_push(struct dmar_client *c, const char *path, const struct dmar_
 			ret = -ENOMEM;
 			goto out;
 		}
-		/* The content id on the first try only: a refusal says the
-		 * peer does not hold the content. */
 		ret = commit_one(c, path, use_short ? CT_RECIPE_SHORT : CT_RECIPE, use_short ? sb : rb,
-				 use_short ? slen : rlen, attempt || ntries ? NULL : &content, noreplace, &ans, &t,
-				 &status, &cerr);
-		ntries++;
+				 use_short ? slen : rlen, ask_content ? &content : NULL, noreplace, &ans, &t, &status,
+				 &cerr);
+		ask_content = false;
 		if (ret == 0) {
 			json_decref(ans);
 			break;

@@ -1339,6 +1339,18 @@ static void test_commit_short(void **state)
 		free_chunk(&c[i]);
 }
 
+/* hdr = "X-Dmar-Content: " and the content id of sample_file(c, n). */
+static void content_header(struct tchunk *c, int n, char *hdr, size_t cap)
+{
+	struct dmar_recipe rc = sample_file(c, n);
+	struct dmar_id cid;
+	assert_int_equal(dmar_recipe_ids(&rc, NULL, &cid), 0);
+	assert_true(cap >= 16 + DMAR_HASH_HEX_SIZE);
+	memcpy(hdr, "X-Dmar-Content: ", 16);
+	dmar_hex(cid.b, 32, hdr + 16);
+	free(rc.e);
+}
+
 /* X-Dmar-Content: a file made from content held, without its entries. */
 static void test_commit_content(void **state)
 {
@@ -1348,12 +1360,8 @@ static void test_commit_content(void **state)
 	add_chunk(&c[0].id, c[0].enc, c[0].len, c[0].payload, c[0].stored);
 	size_t len, flen;
 	uint8_t *sb = make_short(c, 2, NULL, &len), *rb = make_recipe(c, 2, &flen);
-	struct dmar_recipe rc = sample_file(c, 2);
-	struct dmar_id cid;
-	assert_int_equal(dmar_recipe_ids(&rc, NULL, &cid), 0);
 	char hdr[96];
-	snprintf(hdr, sizeof(hdr), "X-Dmar-Content: ");
-	dmar_hex(cid.b, 32, hdr + strlen(hdr));
+	content_header(c, 2, hdr, sizeof(hdr));
 	struct req_opts so = { .ctype = "application/x-dmar-recipe-short", .header = hdr };
 	struct req_opts fo = { .ctype = "application/x-dmar-recipe", .header = hdr };
 	struct resp r;
@@ -1412,22 +1420,16 @@ static void test_commit_content(void **state)
 	assert_non_null(find_file("c5.bin"));
 	struct tchunk o[1];
 	make_chunk(&o[0], 2000, 72, false, false);
-	uint8_t *osb = NULL;
 	size_t olen;
-	osb = make_short(o, 1, NULL, &olen);
-	struct dmar_recipe orc = sample_file(o, 1);
-	struct dmar_id ocid;
-	assert_int_equal(dmar_recipe_ids(&orc, NULL, &ocid), 0);
+	uint8_t *osb = make_short(o, 1, NULL, &olen);
 	char ohdr[96];
-	snprintf(ohdr, sizeof(ohdr), "X-Dmar-Content: ");
-	dmar_hex(ocid.b, 32, ohdr + strlen(ohdr));
+	content_header(o, 1, ohdr, sizeof(ohdr));
 	http_full(&r, "PUT", "/v1/files/c6.bin", osb, DMAR_RECIPE_SHORT_HDR_SIZE,
 		  &(struct req_opts){ .ctype = "application/x-dmar-recipe-short", .header = ohdr });
 	assert_error(&r, 409, "ENODATA");
 	assert_string_equal(json_string_value(json_object_get(r.json, "resend")), "recipe");
 	resp_free(&r);
 	assert_null(find_file("c6.bin"));
-	free(orc.e);
 	free(osb);
 	free_chunk(&o[0]);
 
@@ -1437,7 +1439,6 @@ static void test_commit_content(void **state)
 				      .header = hdr, .header2 = "If-None-Match: *" });
 	assert_error(&r, 412, "EEXIST");
 	resp_free(&r);
-	free(rc.e);
 	free(sb);
 	free(rb);
 	for (int i = 0; i < 2; i++)
