@@ -218,7 +218,7 @@ static void decode_block(struct dmar_pool_job *pj, unsigned worker)
 		present = dst;
 	}
 
-	/* The present chunks' ids, two by two with SHA-NI; the absent ones
+	/* The present chunks' ids, many side by side (hash.c); the absent ones
 	 * keep the ids the table gave them. */
 	dmar_hash_chunks(present, j->lens, j->absent, j->n, j->ids);
 	size_t pos = 0, out_pos = 0;

@@ -245,7 +245,8 @@ static void encode_one(struct block_job *j, unsigned worker)
 
 	j->absent_n = 0;
 	j->absent_bytes = 0;
-	/* The whole block at once: SHA-NI hashes its chunks two by two. */
+	/* The whole block at once: hash.c hashes its chunks side by side
+	 * (two SHA-NI or sixteen AVX-512 lanes). */
 	dmar_hash_chunks(j->src, j->lens, NULL, j->n, j->ids);
 	for (unsigned i = 0; i < j->n; i++) {
 		j->absent[i] = e->o.ref && dmar_refset_has(e->o.ref, &j->ids[i]);

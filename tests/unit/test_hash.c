@@ -361,6 +361,39 @@ static void test_long_batches(void **state)
 
 /* A block's chunks end to end, some absent (skipped): those take no bytes
  * and their ids stay as they were. */
+/* Batches of every size around the sixteen AVX-512 lanes, of lengths
+ * that end lanes at different blocks: lanes go idle, refill, and (with
+ * SHA-NI) hand their last messages to it. */
+static void test_lane_counts(void **state)
+{
+	enum { N = 41, BIG = 70000 };
+	uint8_t *buf = malloc(BIG + 64);
+	assert_non_null(buf);
+	fill_random(buf, BIG + 64, 17);
+	uint64_t s = 1234;
+	for (size_t n = 1; n <= N; n++) {
+		struct iovec v[N];
+		struct dmar_id want[N], got[N];
+		for (size_t i = 0; i < n; i++) {
+			size_t len;
+			switch (xorshift64(&s) % 4) {
+			case 0: len = (size_t)(xorshift64(&s) % 130); break;   /* 0-2 blocks with padding */
+			case 1: len = 64 * (size_t)(xorshift64(&s) % 40); break; /* block multiples, 0 too */
+			default: len = (size_t)(xorshift64(&s) % BIG); break;
+			}
+			size_t off = (size_t)(xorshift64(&s) % 64);
+			v[i].iov_base = buf + off;
+			v[i].iov_len = len;
+			ref_sha(v[i].iov_base, len, &want[i]);
+		}
+		memset(got, 0, sizeof(got));
+		dmar_hash_many(v, n, got);
+		for (size_t i = 0; i < n; i++)
+			assert_memory_equal(got[i].b, want[i].b, DMAR_HASH_SIZE);
+	}
+	free(buf);
+}
+
 static void test_chunks_skip(void **state)
 {
 	enum { N = 200 };
@@ -429,17 +462,43 @@ static void test_hw_switch(void **state)
 #endif
 }
 
+/* The same for the AVX-512 code: on only where the CPU has F and BW. */
+static void test_x16_switch(void **state)
+{
+	bool cpu = dmar_hash_set_x16(true);
+	assert_int_equal(dmar_hash_x16(), cpu);
+	assert_false(dmar_hash_set_x16(false));
+	assert_false(dmar_hash_x16());
+	assert_int_equal(dmar_hash_set_x16(true), cpu);
+#if defined(__x86_64__)
+	FILE *f = fopen("/proc/cpuinfo", "r");
+	if (f) {
+		char line[4096];
+		bool f512 = false, bw512 = false;
+		while (fgets(line, sizeof(line), f))
+			if (!strncmp(line, "flags", 5)) {
+				f512 = strstr(line, " avx512f ") != NULL;
+				bw512 = strstr(line, " avx512bw ") != NULL;
+			}
+		fclose(f);
+		assert_int_equal(cpu, f512 && bw512);
+	}
+#else
+	assert_false(cpu);
+#endif
+}
+
 /* DMAR_HASH_NO_SHANI is read once, at the first hash: try it in fresh
  * copies of this program (see main). */
-static int probe(const char *env)
+static int probe(const char *name, const char *env)
 {
 	pid_t pid = fork();
 	assert_true(pid >= 0);
 	if (pid == 0) {
+		unsetenv("DMAR_HASH_NO_SHANI");
+		unsetenv("DMAR_HASH_NO_AVX512");
 		if (env)
-			setenv("DMAR_HASH_NO_SHANI", env, 1);
-		else
-			unsetenv("DMAR_HASH_NO_SHANI");
+			setenv(name, env, 1);
 		setenv("DMAR_TEST_HASH_PROBE", "1", 1);
 		execl("/proc/self/exe", "test_hash", (char *)NULL);
 		_exit(127);
@@ -450,13 +509,17 @@ static int probe(const char *env)
 	return WEXITSTATUS(st);
 }
 
+/* The child's answer: 20, plus 1 for SHA-NI on, plus 2 for AVX-512 on. */
 static void test_env_off(void **state)
 {
-	bool cpu = dmar_hash_set_hw(true);
-	assert_int_equal(probe("1"), 11);
-	assert_int_equal(probe(NULL), cpu ? 10 : 11);
-	assert_int_equal(probe("0"), cpu ? 10 : 11);
-	assert_int_equal(probe(""), cpu ? 10 : 11);
+	int hw = dmar_hash_set_hw(true) ? 1 : 0;
+	int x16 = dmar_hash_set_x16(true) ? 2 : 0;
+	assert_int_equal(probe("DMAR_HASH_NO_SHANI", "1"), 20 + x16);
+	assert_int_equal(probe("DMAR_HASH_NO_SHANI", NULL), 20 + hw + x16);
+	assert_int_equal(probe("DMAR_HASH_NO_SHANI", "0"), 20 + hw + x16);
+	assert_int_equal(probe("DMAR_HASH_NO_SHANI", ""), 20 + hw + x16);
+	assert_int_equal(probe("DMAR_HASH_NO_AVX512", "1"), 20 + hw);
+	assert_int_equal(probe("DMAR_HASH_NO_AVX512", "0"), 20 + hw + x16);
 }
 
 /* --- threads ------------------------------------------------------------ */
@@ -538,22 +601,32 @@ static void test_threads(void **state)
 		free(bufs[k]);
 }
 
-static int hw_on(void **state)
+/* Four engines for the batch calls: x16 with a SHA-NI tail, SHA-NI
+ * alone, x16 alone (as on a CPU with AVX-512 and no SHA-NI), libcrypto. */
+static int engine(bool hw, bool x16)
 {
-	if (!dmar_hash_set_hw(true))
-		fprintf(stderr, "test_hash: no SHA-NI on this CPU: libcrypto only\n");
+	bool h = dmar_hash_set_hw(hw), x = dmar_hash_set_x16(x16);
+	if (hw && !h)
+		fprintf(stderr, "test_hash: no SHA-NI on this CPU: libcrypto does its part\n");
+	if (x16 && !x)
+		fprintf(stderr, "test_hash: no AVX-512 on this CPU: the x16 code is not tried\n");
+	/* Off always takes. */
+	if (!hw)
+		assert_false(h);
+	if (!x16)
+		assert_false(x);
 	return 0;
 }
 
-static int hw_off(void **state)
-{
-	assert_false(dmar_hash_set_hw(false));
-	return 0;
-}
+static int x16_hw(void **state) { return engine(true, true); }
+static int hw_only(void **state) { return engine(true, false); }
+static int x16_only(void **state) { return engine(false, true); }
+static int hw_off(void **state) { return engine(false, false); }
 
 static int hw_restore(void **state)
 {
 	dmar_hash_set_hw(true);
+	dmar_hash_set_x16(true);
 	return 0;
 }
 
@@ -569,7 +642,18 @@ int main(int argc, char **argv)
 		dmar_hex(id.b, DMAR_HASH_SIZE, hex);
 		if (strcmp(hex, SHA_ABC))
 			return 12;
-		return dmar_hash_hw() ? 10 : 11;
+		/* And a batch, which is what the AVX-512 code hashes. */
+		struct iovec v[20];
+		struct dmar_id ids[20];
+		for (int i = 0; i < 20; i++)
+			v[i] = (struct iovec){ (void *)MSG_448, strlen(MSG_448) };
+		dmar_hash_many(v, 20, ids);
+		for (int i = 0; i < 20; i++) {
+			dmar_hex(ids[i].b, DMAR_HASH_SIZE, hex);
+			if (strcmp(hex, SHA_448))
+				return 13;
+		}
+		return 20 + (dmar_hash_hw() ? 1 : 0) + (dmar_hash_x16() ? 2 : 0);
 	}
 	if (argc > 1)
 		cmocka_set_test_filter(argv[1]);
@@ -580,6 +664,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_known_answers_batch),
 		cmocka_unit_test(test_short_lengths),
 		cmocka_unit_test(test_long_batches),
+		cmocka_unit_test(test_lane_counts),
 		cmocka_unit_test(test_chunks_skip),
 		cmocka_unit_test(test_hex),
 		cmocka_unit_test(test_parse_roundtrip),
@@ -588,9 +673,12 @@ int main(int argc, char **argv)
 	};
 	const struct CMUnitTest once[] = {
 		cmocka_unit_test(test_hw_switch),
+		cmocka_unit_test(test_x16_switch),
 		cmocka_unit_test(test_env_off),
 	};
-	int r = cmocka_run_group_tests_name("sha-ni", tests, hw_on, hw_restore);
+	int r = cmocka_run_group_tests_name("x16+sha-ni", tests, x16_hw, hw_restore);
+	r |= cmocka_run_group_tests_name("sha-ni", tests, hw_only, hw_restore);
+	r |= cmocka_run_group_tests_name("x16", tests, x16_only, hw_restore);
 	r |= cmocka_run_group_tests_name("libcrypto", tests, hw_off, hw_restore);
 	r |= cmocka_run_group_tests_name("switch", once, NULL, NULL);
 	return r;
