@@ -9,6 +9,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -913,6 +914,75 @@ static void test_upload_many(void **state)
 	}
 	for (int i = 0; i < N; i++)
 		free_chunk(&c[i]);
+}
+
+/* A batch that comes in small pieces with pauses, as from a slow or busy
+ * sender: the server leaves pieces under its feed size with MHD until
+ * more bytes come (feed_later), which must never stall the body: every
+ * chunk is stored with its own bytes, nothing is answered while the last
+ * bytes are still missing, and the reply follows them at once. */
+static void test_upload_trickle(void **state)
+{
+	enum { N = 40, LAST = 7 };
+	static struct tchunk c[N];
+	uint64_t s = 99;
+	for (int i = 0; i < N; i++)
+		make_chunk(&c[i], 1 + (uint32_t)(xorshift64(&s) % 20000), 5000 + (uint64_t)i, i % 5 == 2, i % 5 == 2);
+	struct bytes b = { 0 };
+	make_batch(&b, c, N, -1);
+
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	assert_true(fd >= 0);
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(dmar_server_port(S)) };
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	int one = 1;
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	struct timeval tv = { .tv_sec = 10 };
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	char head[256];
+	int hn = snprintf(head, sizeof(head),
+			  "POST /v1/chunks HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/x-dmar-chunks\r\n"
+			  "Content-Length: %zu\r\nConnection: close\r\n\r\n",
+			  b.len);
+	assert_int_equal(send(fd, head, (size_t)hn, 0), hn);
+	size_t off = 0;
+	for (unsigned piece = 0; off < b.len - LAST; piece++) {
+		size_t k = 500 + piece * 397 % 3000;
+		if (k > b.len - LAST - off)
+			k = b.len - LAST - off;
+		assert_int_equal(send(fd, b.p + off, k, 0), (ssize_t)k);
+		off += k;
+		if (piece % 8 == 7)
+			usleep(2000);
+	}
+	struct pollfd pf = { .fd = fd, .events = POLLIN };
+	assert_int_equal(poll(&pf, 1, 300), 0);
+	assert_int_equal(send(fd, b.p + off, LAST, 0), LAST);
+
+	char reply[8192];
+	size_t got = 0;
+	ssize_t k;
+	while (got + 1 < sizeof(reply) && (k = recv(fd, reply + got, sizeof(reply) - 1 - got, 0)) > 0)
+		got += (size_t)k;
+	reply[got] = '\0';
+	close(fd);
+	assert_true(strncmp(reply, "HTTP/1.1 200 ", 13) == 0);
+	const char *json = strstr(reply, "\r\n\r\n");
+	assert_non_null(json);
+	json_t *j = json_loads(json + 4, 0, NULL);
+	assert_non_null(j);
+	assert_int_equal(json_integer_value(json_object_get(j, "received")), N);
+	json_decref(j);
+	assert_int_equal(F.nchunks, N);
+	for (int i = 0; i < N; i++) {
+		struct fake_chunk *fc = find_chunk(&c[i].id);
+		assert_non_null(fc);
+		assert_int_equal(fc->stored, c[i].stored);
+		assert_memory_equal(fc->payload, c[i].payload, c[i].stored);
+		free_chunk(&c[i]);
+	}
+	free(b.p);
 }
 
 /* Content-Encoding: zstd: the batch as one zstd stream. */
@@ -1973,6 +2043,7 @@ int main(void)
 		cmocka_unit_test_setup(test_upload, each_setup),
 		cmocka_unit_test_setup(test_upload_bad_chunk, each_setup),
 		cmocka_unit_test_setup(test_upload_many, each_setup),
+		cmocka_unit_test_setup(test_upload_trickle, each_setup),
 		cmocka_unit_test_setup(test_upload_zstd, each_setup),
 		cmocka_unit_test_setup(test_upload_zstd_bomb, each_setup),
 		cmocka_unit_test_setup(test_upload_malformed, each_setup),
