@@ -674,6 +674,35 @@ static void test_small_chunks(void **state)
 	gbuf_free(&art);
 }
 
+/* Random data that repeats itself 2.5 MiB later, in one block: each copy
+ * looks incompressible to the encoder's samples, and the repeat is beyond
+ * level 3's own 2 MiB window.  The block is still compressed (a chunk id
+ * occurs twice in it; the window covers the block), to about the bytes
+ * of one copy, and decodes to the input. */
+static void test_repeat_in_block(void **state)
+{
+	enum { R = 1u << 20, X = 3u << 19, LEN = 2 * R + X };
+	uint8_t *in = malloc(LEN);
+	assert_non_null(in);
+	memcpy(in, G.random, R);
+	memcpy(in + R, G.random + 2 * R, X);
+	memcpy(in + R + X, G.random, R);
+	for (int level = 1; level <= 3; level += 2) {
+		struct dmar_encoder_opts o = eopts(&G.ck_default, level, NULL, 1);
+		struct gbuf art = { 0 };
+		struct dmar_encode_stats st;
+		encode_ok(&o, in, LEN, 0, &art, &st);
+		print_message("  random with a 1 MiB repeat 2.5 MiB on, level %d: %llu blocks (%llu raw), %zu bytes\n",
+			      level, (unsigned long long)st.blocks, (unsigned long long)st.raw_blocks, art.len);
+		assert_int_equal(st.blocks, 1);
+		assert_int_equal(st.raw_blocks, 0);
+		assert_true(art.len < R + X + R / 16);
+		gbuf_free(&art);
+		roundtrip(&o, in, LEN, 0, 1, NULL);
+	}
+	free(in);
+}
+
 static void test_large(void **state)
 {
 	struct gbuf art = { 0 };
@@ -2973,6 +3002,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_sizes_matrix),
 		cmocka_unit_test(test_small_chunks),
 		cmocka_unit_test(test_large),
+		cmocka_unit_test(test_repeat_in_block),
 		cmocka_unit_test(test_zeros),
 		cmocka_unit_test(test_meta),
 		cmocka_unit_test(test_space_commit_fd),
