@@ -13,7 +13,6 @@
  */
 #include "config.h"
 
-#include <curl/curl.h>
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -30,6 +29,7 @@
 
 #include "cli.h"
 #include "client.h"
+#include "libcurl.h"
 #include "peers.h"
 #include "wire.h"
 #include "ws.h"
@@ -641,6 +641,12 @@ static int watch_run(struct watch *w, struct cli_net *net, const struct dmar_pee
 	if (dmar_peers_url(p, url, DMAR_PEER_URL_MAX) < 0)
 		return -ENAMETOOLONG;
 	strcat(url, "/v1/events");
+	struct dmar_error lerr = { 0 };
+	int r = dmar_libcurl_load(&lerr);
+	if (r < 0) {
+		snprintf(w->why, sizeof(w->why), "%s", lerr.msg);
+		return r;
+	}
 	if (!(w->h = curl_easy_init()))
 		return -ENOMEM;
 	curl_easy_setopt(w->h, CURLOPT_URL, url);
@@ -662,7 +668,7 @@ static int watch_run(struct watch *w, struct cli_net *net, const struct dmar_pee
 		snprintf(w->why, sizeof(w->why), "no socket from libcurl");
 		return -EIO;
 	}
-	int r = dmar_ws_parser_new(&w->parser, WATCH_MSG_MAX, DMAR_WS_MASK_FORBIDDEN, on_frame, w);
+	r = dmar_ws_parser_new(&w->parser, WATCH_MSG_MAX, DMAR_WS_MASK_FORBIDDEN, on_frame, w);
 	if (r < 0)
 		return r;
 	if ((r = watch_handshake(w, p, net->token)) < 0)

@@ -56,11 +56,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <curl/curl.h>
 #define ZSTD_STATIC_LINKING_ONLY /* ZSTD_c_format: magicless frames */
 #include <zstd.h>
 
 #include "client.h"
+#include "libcurl.h"
 
 /* A query body is 32 bytes an id and the peer reads at most 64 MiB a body;
  * half that leaves room for a peer that counts its limit differently. */
@@ -114,14 +114,6 @@ struct dmar_client {
 
 /* ---- the client --------------------------------------------------------- */
 
-static pthread_once_t global_once = PTHREAD_ONCE_INIT;
-static CURLcode global_rc;
-
-static void global_init(void)
-{
-	global_rc = curl_global_init(CURL_GLOBAL_DEFAULT);
-}
-
 static void share_lock(CURL *h, curl_lock_data data, curl_lock_access access, void *ctx)
 {
 	struct dmar_client *c = ctx;
@@ -157,9 +149,9 @@ int dmar_client_new(struct dmar_client **out, const struct dmar_client_opts *o, 
 		return dmar_error_set(err, -EINVAL, "client: no peer URL");
 	if (strncmp(o->url, "http://", 7) != 0 && strncmp(o->url, "https://", 8) != 0)
 		return dmar_error_set(err, -EINVAL, "client: %s: not an http:// or https:// URL", o->url);
-	pthread_once(&global_once, global_init);
-	if (global_rc != CURLE_OK)
-		return dmar_error_set(err, -EIO, "client: libcurl: %s", curl_easy_strerror(global_rc));
+	int r = dmar_libcurl_load(err);
+	if (r < 0)
+		return r;
 
 	struct dmar_client *c = calloc(1, sizeof(*c));
 	if (!c)

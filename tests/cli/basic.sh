@@ -237,5 +237,27 @@ check "info of three artifacts prints three 'logical size' lines (100000, 5000, 
 expect_exit 1 "$DMAR" info small
 expect_stderr "not a dmar artifact|truncated" "(says it is not an artifact)"
 
+# The codec commands never load libcurl (net/libcurl.h: it and the
+# thirty libraries it brings cost ~7 ms of start-up a process).  A pack
+# that waits on a FIFO shows its mappings meanwhile.
+check "dmar pack has no libcurl mapped while it runs"
+mkfifo fifo
+"$DMAR" pack -q -c fifo >fifo.dmar 2>fifo.err &
+pid=$!
+exec 3>fifo
+maps=""
+for _ in $(seq 1 100); do
+	maps=$(cat "/proc/$pid/maps" 2>/dev/null) || break
+	case $maps in *libzstd*) break ;; esac
+	sleep 0.05
+done
+exec 3>&-
+wait "$pid" || fail "dmar pack -c fifo failed: $(cat fifo.err)"
+case $maps in
+*libzstd*) ;;
+*) fail "could not read the mappings of dmar pack (pid $pid)" ;;
+esac
+case $maps in *libcurl*) fail "dmar pack mapped libcurl: $(printf '%s\n' "$maps" | grep libcurl | head -n 1)" ;; esac
+
 say "PASS: basic"
 exit 0
