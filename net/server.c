@@ -82,9 +82,10 @@
 #define BATCH_ZOUT (256u << 10)
 #define BATCH_ZSTD_RATIO 4
 #define BATCH_ZSTD_WLOG 23
-/* Raw chunks of a batch verified together: a feed's worth (MHD hands the
- * body over in pieces of half CONN_MEMORY, a few chunks of the default
- * 32 KiB average), bounded so the group's array stays small. */
+/* Raw chunks of a batch verified together: a feed's worth (feed_later
+ * makes a feed at least FEED_MIN bytes, some sixteen chunks of the default
+ * 32 KiB average, up to half CONN_MEMORY), bounded so the group's array
+ * stays small. */
 #define VERIFY_GROUP 256
 
 /* ---- the server and its websocket clients ------------------------------------ */
@@ -849,9 +850,8 @@ static int chunk_verdict(struct req *q, const struct dmar_wire_chunk *c, int v, 
 
 /* Verify the raw chunks held since the last flush together (two SHA-NI or
  * sixteen AVX-512 lanes side by side: hashing is most of what receiving
- * costs), then store
- * each or list it as bad.  Runs before their payloads go: after each feed
- * of the parser, or when the group is full. */
+ * costs), then store each or list it as bad.  Runs before their payloads
+ * go: after each feed of the parser, or when the group is full. */
 static int group_flush(struct req *q)
 {
 	size_t n = q->ngroup;

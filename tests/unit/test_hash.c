@@ -359,8 +359,6 @@ static void test_long_batches(void **state)
 	free(buf);
 }
 
-/* A block's chunks end to end, some absent (skipped): those take no bytes
- * and their ids stay as they were. */
 /* Batches of every size around the sixteen AVX-512 lanes, of lengths
  * that end lanes at different blocks: lanes go idle, refill, and (with
  * SHA-NI) hand their last messages to it. */
@@ -394,6 +392,8 @@ static void test_lane_counts(void **state)
 	free(buf);
 }
 
+/* A block's chunks end to end, some absent (skipped): those take no bytes
+ * and their ids stay as they were. */
 static void test_chunks_skip(void **state)
 {
 	enum { N = 200 };
@@ -437,6 +437,28 @@ static void test_chunks_skip(void **state)
 	free(base);
 }
 
+#if defined(__x86_64__)
+/* Does /proc/cpuinfo's flags line name this flag (a whole word)?  -1 when
+ * it cannot be read. */
+static int cpu_flag(const char *flag)
+{
+	FILE *f = fopen("/proc/cpuinfo", "r");
+	if (!f)
+		return -1;
+	char line[8192];
+	size_t n = strlen(flag);
+	int has = 0;
+	while (!has && fgets(line, sizeof(line), f)) {
+		if (strncmp(line, "flags", 5) != 0)
+			continue;
+		for (const char *p = line; !has && (p = strstr(p + 1, flag));)
+			has = p[-1] == ' ' && (p[n] == ' ' || p[n] == '\n' || p[n] == '\0');
+	}
+	fclose(f);
+	return has;
+}
+#endif
+
 /* The switch: off always takes, on only where the CPU has SHA-NI. */
 static void test_hw_switch(void **state)
 {
@@ -447,16 +469,9 @@ static void test_hw_switch(void **state)
 	assert_int_equal(dmar_hash_set_hw(true), cpu);
 #if defined(__x86_64__)
 	/* On x86-64 the answer must be the CPU's own. */
-	FILE *f = fopen("/proc/cpuinfo", "r");
-	if (f) {
-		char line[4096];
-		bool sha_ni = false;
-		while (fgets(line, sizeof(line), f))
-			if (!strncmp(line, "flags", 5) && strstr(line, " sha_ni"))
-				sha_ni = true;
-		fclose(f);
+	int sha_ni = cpu_flag("sha_ni");
+	if (sha_ni >= 0)
 		assert_int_equal(cpu, sha_ni);
-	}
 #else
 	assert_false(cpu);
 #endif
@@ -471,25 +486,16 @@ static void test_x16_switch(void **state)
 	assert_false(dmar_hash_x16());
 	assert_int_equal(dmar_hash_set_x16(true), cpu);
 #if defined(__x86_64__)
-	FILE *f = fopen("/proc/cpuinfo", "r");
-	if (f) {
-		char line[4096];
-		bool f512 = false, bw512 = false;
-		while (fgets(line, sizeof(line), f))
-			if (!strncmp(line, "flags", 5)) {
-				f512 = strstr(line, " avx512f ") != NULL;
-				bw512 = strstr(line, " avx512bw ") != NULL;
-			}
-		fclose(f);
+	int f512 = cpu_flag("avx512f"), bw512 = cpu_flag("avx512bw");
+	if (f512 >= 0)
 		assert_int_equal(cpu, f512 && bw512);
-	}
 #else
 	assert_false(cpu);
 #endif
 }
 
-/* DMAR_HASH_NO_SHANI is read once, at the first hash: try it in fresh
- * copies of this program (see main). */
+/* DMAR_HASH_NO_SHANI and DMAR_HASH_NO_AVX512 are read once, at the first
+ * hash: try each in fresh copies of this program (see main). */
 static int probe(const char *name, const char *env)
 {
 	pid_t pid = fork();
