@@ -1375,6 +1375,9 @@ int dmar_fsctx_chunk_wire(struct dmar_fsctx *c, const struct dmar_id *id, struct
 	*w = (struct dmar_wire_chunk){ .id = *id, .len = info.len, .stored = info.stored_len, .payload = p };
 	if (info.enc == DMAR_CHUNK_RAW) {
 		w->enc = DMAR_WIRE_RAW;
+		/* Under encode=zstd store_ref_policy compressed every chunk it
+		 * stored (up to chunker.max) and kept this one raw. */
+		w->tried = c->encode == DMAR_ENCODE_ZSTD && info.len <= c->chunker.max;
 	} else if (info.enc == DMAR_CHUNK_ZSTD) {
 		w->enc = DMAR_WIRE_ZSTD; /* already a magicless frame without dictionary */
 	} else {

@@ -1130,8 +1130,11 @@ static int batch_fill(struct push_stream *s, struct dmar_error *err)
 					      hex);
 		}
 		rec->idx = idx;
+		/* A chunk its source already found incompressible skips the
+		 * probe: for a 1 GiB random file that is 32 768 probes, 5 % of
+		 * the sender's and receiver's CPU together (perf, bench-net (a)). */
 		rec->compressible = w->enc == DMAR_WIRE_ZSTD ||
-				    wire_probe(s->pzc, s->scratch, s->scratch_cap, w->payload, w->len);
+				    (!w->tried && wire_probe(s->pzc, s->scratch, s->scratch_cap, w->payload, w->len));
 		s->raw_bytes += w->len;
 		if (rec->compressible)
 			s->zable_bytes += w->len;

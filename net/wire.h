@@ -204,6 +204,10 @@ struct dmar_wire_chunk {
 	uint32_t len;   /* decoded bytes */
 	uint32_t stored;
 	const uint8_t *payload; /* stored bytes */
+	/* Set by a chunk source that already tried zstd on this raw chunk
+	 * and kept it raw (it saved under 1/16): the push then sends it as it
+	 * is without probing it again.  Not on the wire. */
+	bool tried;
 };
 
 /* Write the 16-byte batch header / a record's 44-byte header. */

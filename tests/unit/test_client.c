@@ -817,6 +817,7 @@ struct tfile {
 	struct table chunks;
 	struct dmar_recipe r;
 	atomic_long gets, puts;
+	bool tried; /* src_get says every chunk was tried and kept raw */
 };
 
 /* n chunks of 8..136 KiB, one in every `compressible` of them text-like
@@ -885,7 +886,7 @@ static int src_get(void *ctx, const struct dmar_id *id, uint32_t len, struct dma
 	assert_true(len <= t->len); /* the hint is a lower bound */
 	atomic_fetch_add(&f->gets, 1);
 	*c = (struct dmar_wire_chunk){ .id = *id, .enc = DMAR_WIRE_RAW, .len = t->len, .stored = t->len,
-				       .payload = t->data };
+				       .payload = t->data, .tried = f->tried };
 	return 0;
 }
 
@@ -970,6 +971,27 @@ static void test_push_new(void **state)
 	assert_memory_equal(back.e, f.r.e, f.r.n * sizeof(*f.r.e));
 	dmar_recipe_free(&back);
 
+	dmar_client_free(c);
+	tfile_free(&f);
+}
+
+/* Chunks their source already tried to compress (an encode=zstd arena
+ * keeps them raw only when zstd saved under 1/16) go raw, text-like ones
+ * too: the push does not probe them again. */
+static void test_push_tried(void **state)
+{
+	struct tfile f;
+	tfile_make(&f, 80, 5, 1);
+	f.tried = true;
+	struct dmar_client *c = client_for(F->port, NULL, 2);
+	struct dmar_xfer_stats st;
+	push_ok(c, &f, "tried", &st);
+	assert_int_equal(st.sent_chunks, 80);
+	assert_int_equal(F->rx_chunks, 80);
+	assert_int_equal(F->rx_zstd, 0);
+	assert_int_equal(F->rx_zbatches, 0);
+	assert_true(st.wire_bytes > tfile_bytes(&f));
+	assert_fake_has(&f);
 	dmar_client_free(c);
 	tfile_free(&f);
 }
@@ -1455,6 +1477,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_push_new, fake_start, fake_stop),
+		cmocka_unit_test_setup_teardown(test_push_tried, fake_start, fake_stop),
 		cmocka_unit_test_setup_teardown(test_push_only_missing, fake_start, fake_stop),
 		cmocka_unit_test_setup_teardown(test_push_many_batches, fake_start, fake_stop),
 		cmocka_unit_test_setup_teardown(test_push_compressible, fake_start, fake_stop),
