@@ -142,6 +142,50 @@ void dmar_hash(const void *buf, size_t len, struct dmar_id *out)
 }
 
 #ifdef DMAR_SHA256_HW
+/*
+ * The lanes take messages in the order given, each a new one as soon as
+ * its last ends, so the batch ends when its last lane does: handed out
+ * longest first (LPT scheduling), the messages left at the end are the
+ * short ones and the lanes end close together.  On the test VM, x16,
+ * content-defined chunks of 8-128 KiB: 32 at a time 2990 -> 3190 MB/s,
+ * 128 at a time 3100 -> 3190; 16 or fewer all start at once, so their
+ * order cannot matter.  Sorting 128 entries costs microseconds against
+ * the millisecond that hashing their 4 MiB takes.
+ */
+#define LPT_MIN 17
+#define LPT_STACK 256
+
+struct msg {
+	const uint8_t *p;
+	size_t len;
+	uint8_t *out;
+};
+
+static int msg_cmp(const void *a, const void *b)
+{
+	const struct msg *x = a, *y = b;
+	if (x->len != y->len)
+		return x->len < y->len ? 1 : -1;
+	return x->p < y->p ? -1 : x->p > y->p; /* a total order: the same schedule every time */
+}
+
+struct msg_src {
+	const struct msg *m;
+	size_t n, i;
+};
+
+static bool msg_next(void *ctx, const uint8_t **buf, size_t *len, uint8_t **out)
+{
+	struct msg_src *s = ctx;
+	if (s->i == s->n)
+		return false;
+	*buf = s->m[s->i].p;
+	*len = s->m[s->i].len;
+	*out = s->m[s->i].out;
+	s->i++;
+	return true;
+}
+
 struct many_src {
 	const struct iovec *bufs;
 	size_t n, i;
@@ -182,6 +226,27 @@ static bool stream(dmar_sha256_next_fn next, void *ctx)
 	return true;
 }
 
+/* stream(), the at most n messages next() yields taken longest first
+ * (in the given order when there is no memory for the list). */
+static bool stream_lpt(dmar_sha256_next_fn next, void *ctx, size_t n)
+{
+	if (!dmar_hash_x16() && !dmar_hash_hw())
+		return false;
+	struct msg stack[LPT_STACK];
+	struct msg *m = n <= LPT_STACK ? stack : malloc(n * sizeof(*m));
+	if (!m)
+		return stream(next, ctx);
+	size_t k = 0;
+	while (k < n && next(ctx, &m[k].p, &m[k].len, &m[k].out))
+		k++;
+	qsort(m, k, sizeof(*m), msg_cmp);
+	struct msg_src s = { m, k, 0 };
+	stream(msg_next, &s);
+	if (m != stack)
+		free(m);
+	return true;
+}
+
 static bool chunk_next(void *ctx, const uint8_t **buf, size_t *len, uint8_t **out)
 {
 	struct chunk_src *c = ctx;
@@ -213,7 +278,7 @@ void dmar_hash_many(const struct iovec *bufs, size_t n, struct dmar_id *outs)
 {
 #ifdef DMAR_SHA256_HW
 	struct many_src m = { bufs, n, 0, outs };
-	if (stream(many_next, &m))
+	if (n >= LPT_MIN ? stream_lpt(many_next, &m, n) : stream(many_next, &m))
 		return;
 #endif
 	for (size_t i = 0; i < n; i++)
@@ -225,7 +290,7 @@ void dmar_hash_chunks(const uint8_t *base, const uint32_t *lens, const uint8_t *
 {
 #ifdef DMAR_SHA256_HW
 	struct chunk_src c = { base, lens, skip, n, 0, 0, ids };
-	if (stream(chunk_next, &c))
+	if (n >= LPT_MIN ? stream_lpt(chunk_next, &c, n) : stream(chunk_next, &c))
 		return;
 #endif
 	size_t off = 0;
