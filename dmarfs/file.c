@@ -875,6 +875,14 @@ int dmar_file_lseek(const struct dmar_file *f, int64_t off, int whence, uint64_t
  * it first when the store lacks it: zstd-compressed when the mount says
  * encode=zstd and that pays, with the byte pack if it has one, else raw.
  * The one storage policy of local writes and of chunks from the wire. */
+/* Whether store_ref_policy tries zstd on a chunk of len bytes.  A chunk
+ * from a peer that cuts bigger chunks than this mount stays raw: the
+ * decoded-chunk cache holds chunker.max bytes. */
+static bool policy_compresses(const struct dmar_fsctx *c, uint32_t len)
+{
+	return c->encode == DMAR_ENCODE_ZSTD && len <= c->chunker.max;
+}
+
 static int store_ref_policy(struct dmar_fsctx *c, const struct dmar_id *id, const uint8_t *p, uint32_t len)
 {
 	if (dmar_store_ref_existing(c->arena, id) == 0)
@@ -882,9 +890,7 @@ static int store_ref_policy(struct dmar_fsctx *c, const struct dmar_id *id, cons
 	const void *payload = p;
 	uint32_t stored = len;
 	uint8_t enc = DMAR_CHUNK_RAW;
-	/* A chunk from a peer that cuts bigger chunks than this mount stays
-	 * raw: the decoded-chunk cache holds chunker.max bytes. */
-	if (c->encode == DMAR_ENCODE_ZSTD && len <= c->chunker.max) {
+	if (policy_compresses(c, len)) {
 		struct tls_codec *t = tls(c);
 		if (!t)
 			return -ENOMEM;
@@ -1375,9 +1381,9 @@ int dmar_fsctx_chunk_wire(struct dmar_fsctx *c, const struct dmar_id *id, struct
 	*w = (struct dmar_wire_chunk){ .id = *id, .len = info.len, .stored = info.stored_len, .payload = p };
 	if (info.enc == DMAR_CHUNK_RAW) {
 		w->enc = DMAR_WIRE_RAW;
-		/* Under encode=zstd store_ref_policy compressed every chunk it
-		 * stored (up to chunker.max) and kept this one raw. */
-		w->tried = c->encode == DMAR_ENCODE_ZSTD && info.len <= c->chunker.max;
+		/* Every chunk goes into the store through store_ref_policy, so
+		 * one it would compress and is raw saved too little. */
+		w->tried = policy_compresses(c, info.len);
 	} else if (info.enc == DMAR_CHUNK_ZSTD) {
 		w->enc = DMAR_WIRE_ZSTD; /* already a magicless frame without dictionary */
 	} else {
