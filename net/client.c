@@ -24,8 +24,9 @@
  *      request, sequentially;
  *   2. upload: the workers take missing chunks from a shared cursor and
  *      form batches of about DMAR_BATCH_BYTES or DMAR_BATCH_CHUNKS chunks.
- *      Each chunk is probed for compressibility.  A batch of mostly
- *      compressible chunks is compressed as a whole (one level-3 zstd
+ *      Each chunk is probed for compressibility (in a long run of
+ *      incompressible ones only every 8th: stream_probe).  A batch of mostly
+ *      compressible chunks is compressed as a whole (one level-5 zstd
  *      stream over the raw records, the source's zstd chunks decoded) into
  *      the worker's buffer and sent with Content-Encoding: zstd: one stream
  *      sees what the chunks share, which per-chunk frames cannot.  Any
@@ -77,6 +78,11 @@
 #define DMAR_BATCH_ZSTD_LEVEL 5
 /* The compressibility probe's level (wire_probe says why). */
 #define DMAR_PROBE_ZSTD_LEVEL (-1)
+/* After this many probed chunks in a row were incompressible, a stream
+ * probes only one chunk in DMAR_PROBE_STRIDE until one passes
+ * (stream_probe says why). */
+#define DMAR_PROBE_RUN 8u
+#define DMAR_PROBE_STRIDE 8u
 /* Pull asks for this many ids a request: the sizes are unknown before the
  * answer, and 256 chunks of the default 32 KiB average make about 8 MiB. */
 #define DMAR_FETCH_CHUNKS 256u
@@ -1029,13 +1035,15 @@ struct push_stream {
 	struct push *p;
 	ZSTD_CCtx *zc;    /* per-chunk frames, level 1 */
 	ZSTD_CCtx *pzc;   /* the compressibility probe, level -1 */
+	unsigned misses;  /* probes that failed in a row */
+	unsigned skipped; /* chunks not probed since the last probe */
 	uint8_t *scratch; /* compressed payloads of the batch */
 	size_t scratch_cap, scratch_used;
 	struct push_rec rec[DMAR_BATCH_CHUNKS];
 	unsigned n;
 	uint64_t raw_bytes, zable_bytes; /* the batch's decoded bytes, those of compressible chunks */
 	/* whole-batch compression (Content-Encoding: zstd) */
-	ZSTD_CCtx *bzc;   /* level 3, standard frame */
+	ZSTD_CCtx *bzc;   /* DMAR_BATCH_ZSTD_LEVEL, standard frame */
 	ZSTD_DCtx *dz;    /* decodes the source's zstd chunks */
 	uint8_t *zbody;   /* the compressed body */
 	size_t zbody_cap, zbody_len;
@@ -1058,12 +1066,18 @@ struct push_stream {
  * probes), and text still shrinks by about 45 %, far past the 1/16 the
  * probe asks for.  Returns whether to try compressing the chunk.
  */
+/* Chunks from WIRE_PROBE_SAMPLED bytes on are judged by the samples, which
+ * then do not overlap (an overlap would repeat bytes and make random data
+ * look compressible); smaller ones (only a file's tail is under the
+ * chunker's 8 KiB minimum) are simply tried. */
+enum { WIRE_PROBE_S = 512, WIRE_PROBE_N = 8, WIRE_PROBE_SAMPLED = WIRE_PROBE_N * WIRE_PROBE_S };
+
 static bool wire_probe(ZSTD_CCtx *zc, uint8_t *dst, size_t cap, const uint8_t *src, size_t len)
 {
-	enum { S = 512, N = 8 };
+	enum { S = WIRE_PROBE_S, N = WIRE_PROBE_N };
 	if (len < 256)
 		return false; /* the frame and record overhead eat what it could save */
-	if (len >= 4 * N * S) {
+	if (len >= WIRE_PROBE_SAMPLED) {
 		uint8_t sample[N * S];
 		/* The source is cold (an arena chunk last touched when it was
 		 * written): ask for every line of the samples first, so the
@@ -1078,6 +1092,34 @@ static bool wire_probe(ZSTD_CCtx *zc, uint8_t *dst, size_t cap, const uint8_t *s
 			return false;
 	}
 	return true;
+}
+
+/*
+ * wire_probe for the stream's next raw chunk, but a long run of
+ * incompressible chunks -- random data, media, compressed archives: on a
+ * 1 GiB random file the probes are 5-6 % of both nodes' CPU (perf,
+ * bench-net (a)) -- is probed only one chunk in DMAR_PROBE_STRIDE after
+ * DMAR_PROBE_RUN failures in a row, the others taken as incompressible,
+ * until a probe passes.  After such a run, when the file turns
+ * compressible, at most STRIDE - 1 chunks of the new kind go raw; a run
+ * shorter than DMAR_PROBE_RUN (text every few chunks among random ones, a
+ * tar of .gz and text members) is probed whole.  Chunks too small for the
+ * sampled probe say nothing about their neighbours and leave the run as
+ * it is.
+ */
+static bool stream_probe(struct push_stream *s, const struct dmar_wire_chunk *w)
+{
+	if (w->len < WIRE_PROBE_SAMPLED)
+		return wire_probe(s->pzc, s->scratch, s->scratch_cap, w->payload, w->len);
+	if (s->misses >= DMAR_PROBE_RUN && ++s->skipped < DMAR_PROBE_STRIDE)
+		return false;
+	s->skipped = 0;
+	if (wire_probe(s->pzc, s->scratch, s->scratch_cap, w->payload, w->len)) {
+		s->misses = 0;
+		return true;
+	}
+	s->misses++;
+	return false;
 }
 
 static size_t wire_compress(ZSTD_CCtx *zc, uint8_t *dst, size_t cap, const uint8_t *src, size_t len)
@@ -1131,10 +1173,8 @@ static int batch_fill(struct push_stream *s, struct dmar_error *err)
 		}
 		rec->idx = idx;
 		/* A chunk its source already found incompressible skips the
-		 * probe: for a 1 GiB random file that is 32 768 probes, 5 % of
-		 * the sender's and receiver's CPU together (perf, bench-net (a)). */
-		rec->compressible = w->enc == DMAR_WIRE_ZSTD ||
-				    (!w->tried && wire_probe(s->pzc, s->scratch, s->scratch_cap, w->payload, w->len));
+		 * probe (stream_probe says what the probes cost). */
+		rec->compressible = w->enc == DMAR_WIRE_ZSTD || (!w->tried && stream_probe(s, w));
 		s->raw_bytes += w->len;
 		if (rec->compressible)
 			s->zable_bytes += w->len;
@@ -1187,7 +1227,7 @@ static int zfeed(struct push_stream *s, const void *p, size_t n, ZSTD_EndDirecti
 
 /*
  * The whole batch -- header, records with raw payloads (the source's zstd
- * chunks decoded) -- as one standard zstd frame, level 3, in s->zbody.
+ * chunks decoded) -- as one standard zstd frame, DMAR_BATCH_ZSTD_LEVEL, in s->zbody.
  * 0, or a negative errno when it failed or would not save 3 %: the batch
  * then goes per chunk.
  */

@@ -823,7 +823,9 @@ struct tfile {
 /* n chunks of 8..136 KiB, one in every `compressible` of them text-like
  * (0: none); the recipe shows each chunk once, then the first few again
  * (duplicates must travel once), partly (a skip), and a hole. */
-static void tfile_make(struct tfile *f, size_t n, unsigned compressible, uint64_t seed)
+/* n chunks of 8-136 KiB: text-like ones (every compressible-th, and all
+ * from text_from on), random ones, then copies and a hole. */
+static void tfile_make_ex(struct tfile *f, size_t n, unsigned compressible, size_t text_from, uint64_t seed)
 {
 	memset(f, 0, sizeof(*f));
 	table_init(&f->chunks);
@@ -833,7 +835,7 @@ static void tfile_make(struct tfile *f, size_t n, unsigned compressible, uint64_
 	uint8_t *buf = malloc(DMAR_WIRE_CHUNK_MAX);
 	for (size_t i = 0; i < n; i++) {
 		uint32_t len = (uint32_t)(8192 + xorshift64(&s) % (128 << 10));
-		bool text = compressible && i % compressible == 0;
+		bool text = (compressible && i % compressible == 0) || i >= text_from;
 		if (text) {
 			static const char words[] = "the quick brown fox jumps over the lazy dog ";
 			for (uint32_t k = 0; k < len; k++)
@@ -860,6 +862,11 @@ static void tfile_make(struct tfile *f, size_t n, unsigned compressible, uint64_
 	f->r.mode = 0644;
 	f->r.mtime_sec = 1700000000;
 	free(buf);
+}
+
+static void tfile_make(struct tfile *f, size_t n, unsigned compressible, uint64_t seed)
+{
+	tfile_make_ex(f, n, compressible, SIZE_MAX, seed);
 }
 
 static void tfile_free(struct tfile *f)
@@ -992,6 +999,36 @@ static void test_push_tried(void **state)
 	assert_int_equal(F->rx_zbatches, 0);
 	assert_true(st.wire_bytes > tfile_bytes(&f));
 	assert_fake_has(&f);
+	dmar_client_free(c);
+	tfile_free(&f);
+}
+
+/* A long run of random chunks is probed only now and then (stream_probe):
+ * the first text chunks after it go raw unprobed, and the text is still
+ * found: at most 7 of its chunks go raw. */
+static void test_push_probe_run(void **state)
+{
+	struct tfile f;
+	tfile_make_ex(&f, 120, 0, 60, 23);
+	uint64_t random_bytes = 0, text_bytes = 0;
+	for (size_t i = 0; i < 120; i++)
+		*(i < 60 ? &random_bytes : &text_bytes) += f.r.e[i].len;
+	struct dmar_client *c = client_for(F->port, NULL, 1);
+	struct dmar_xfer_stats st;
+	push_ok(c, &f, "runs", &st);
+	assert_int_equal(st.sent_chunks, 120);
+	assert_int_equal(F->rx_chunks, 120);
+	assert_int_equal(F->rx_bad, 0);
+	/* The requests' overhead alone is about 13 KB; with this seed three
+	 * text chunks go raw (330 KB), with every chunk probed none would. */
+	assert_true(st.wire_bytes > random_bytes + (64u << 10));
+	/* 7 raw text chunks are 7 x 136 KiB at most; the rest shrinks to a
+	 * few hundred bytes each, and the requests' overhead is far under
+	 * 64 KiB. */
+	assert_true(text_bytes > 60 * 8192);
+	assert_true(st.wire_bytes < random_bytes + 7 * (136u << 10) + (64u << 10));
+	assert_fake_has(&f);
+	assert_int_equal(f.gets, f.puts);
 	dmar_client_free(c);
 	tfile_free(&f);
 }
@@ -1478,6 +1515,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_push_new, fake_start, fake_stop),
 		cmocka_unit_test_setup_teardown(test_push_tried, fake_start, fake_stop),
+		cmocka_unit_test_setup_teardown(test_push_probe_run, fake_start, fake_stop),
 		cmocka_unit_test_setup_teardown(test_push_only_missing, fake_start, fake_stop),
 		cmocka_unit_test_setup_teardown(test_push_many_batches, fake_start, fake_stop),
 		cmocka_unit_test_setup_teardown(test_push_compressible, fake_start, fake_stop),
