@@ -10,8 +10,8 @@
  * a message naming the part that is wrong (struct dmar_error).
  *
  * Output goes to the write callback in order, one verified block at a time
- * (or, with opts.pwrite, to a writer thread that writes each verified block
- * at its offset), so memory is bounded (a few blocks of at most
+ * (or, with opts.pwrite, written at its offset: by a writer thread from
+ * -T2 on), so memory is bounded (a few blocks of at most
  * DMAR_BLOCK_MAX_RAW) for any artifact size.  A failed decode may have written the blocks before the
  * bad one: callers that need all-or-nothing write to a temp file.
  */
@@ -66,8 +66,9 @@ struct dmar_decoder_opts {
 	void *on_chunk_ctx;
 	/* Positional output (optional, for a seekable output that starts
 	 * empty): when set, each verified block is written at its offset
-	 * in the file by a writer thread of the decoder's own, while the
-	 * next blocks decode, and dmar_decode's write callback is not used
+	 * in the file (from threads >= 2 by a writer thread of the
+	 * decoder's own, while the next blocks decode; at 1 by the caller's
+	 * thread, in order), and dmar_decode's write callback is not used
 	 * (pass NULL).  Blocks may be written out of order; a block is
 	 * still never written before its check is verified.  Not used in
 	 * info mode. */
