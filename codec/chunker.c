@@ -100,7 +100,7 @@ static inline size_t scan(const uint8_t *buf, size_t *pi, size_t end, uint64_t *
 				       (((h << 7) + p6) & m) && (h7 & m)),
 				     0)) {
 			for (int k = 0; k < 8; k++) {
-				h = (h << 1) + gear[buf[i + (size_t)k]];
+				h = (h << 1) + gear[q[k]];
 				if (!(h & m))
 					return i + (size_t)k + 1;
 			}
