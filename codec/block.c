@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 #include "config.h"
 
+#include <errno.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -36,4 +38,39 @@ void *dmar_block_buf_alloc(size_t len)
 	madvise(p, cap < DMAR_BLOCK_TARGET ? cap : DMAR_BLOCK_TARGET, MADV_HUGEPAGE);
 #endif
 	return p;
+}
+
+int dmar_block_buf_reserve(struct dmar_block_buf *b, size_t n, size_t max)
+{
+	if (n <= b->cap)
+		return 0;
+	bool huge = n >= DMAR_BLOCK_BUF_HUGE_MIN;
+	if (huge && n < max)
+		n = max;
+	uint8_t *p = huge ? dmar_block_buf_alloc(n) : malloc(n);
+	if (!p)
+		return -ENOMEM;
+	free(b->p);
+	b->p = p;
+	b->cap = n;
+	return 0;
+}
+
+void dmar_block_buf_free(struct dmar_block_buf *b)
+{
+	free(b->p);
+	b->p = NULL;
+	b->cap = 0;
+}
+
+void *dmar_block_zalloc(void *opaque, size_t size)
+{
+	(void)opaque;
+	return size >= DMAR_BLOCK_BUF_HUGE_MIN ? dmar_block_buf_alloc(size) : malloc(size);
+}
+
+void dmar_block_zfree(void *opaque, void *p)
+{
+	(void)opaque;
+	free(p);
 }

@@ -45,6 +45,33 @@ static inline unsigned dmar_log2(uint32_t v)
  * Without THP this is just an aligned malloc. */
 void *dmar_block_buf_alloc(size_t len);
 
+/* A buffer that block after block is refilled afresh (old contents are
+ * not kept), grown on demand. */
+struct dmar_block_buf {
+	uint8_t *p;
+	size_t cap;
+};
+
+/* Below this, a buffer is plain malloc'd memory. */
+#define DMAR_BLOCK_BUF_HUGE_MIN (256u << 10)
+
+/* Room for n bytes (n <= max).  A request of DMAR_BLOCK_BUF_HUGE_MIN or
+ * more reserves max at once, from dmar_block_buf_alloc: every 4 KiB page
+ * first touched costs a fault, ~10 us on the test VM (0.4 GB/s, where one
+ * 2 MiB huge page faults in at 0.6-17 GB/s), and growing the buffer block
+ * by block as bigger blocks came took a fresh mapping each time (unpack
+ * of the tar corpus: 1700 of its 2200 faults were its payload buffers,
+ * malloc'd below 1 MiB).  Pages never touched cost no memory, so the bound
+ * is the same.  0 or -ENOMEM (the old buffer is kept). */
+int dmar_block_buf_reserve(struct dmar_block_buf *b, size_t n, size_t max);
+void dmar_block_buf_free(struct dmar_block_buf *b);
+
+/* Allocation callbacks for zstd (ZSTD_customMem): its workspaces of
+ * DMAR_BLOCK_BUF_HUGE_MIN or more (level 3's tables for a block: 1.3 MB,
+ * 650 faults a context on 4 KiB pages) go on huge pages too. */
+void *dmar_block_zalloc(void *opaque, size_t size);
+void dmar_block_zfree(void *opaque, void *p);
+
 /* Block check: SHA-256 over the block's index and the file offset of its
  * first byte (le64 each: a dropped, repeated or reordered block fails its
  * own check, before its bytes are written), the record's bytes 0..11, the

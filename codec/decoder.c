@@ -31,11 +31,6 @@
  * allocate it. */
 #define DEC_WINDOW_LOG_MAX 24
 
-struct buf {
-	uint8_t *p;
-	size_t cap;
-};
-
 /* The most any block buffer needs: a payload is at most
  * ZSTD_compressBound(raw_len), and raw_len and a block's length at most
  * DMAR_BLOCK_MAX_RAW. */
@@ -44,24 +39,13 @@ struct buf {
 /* Room for n bytes; the old contents are not kept (every caller fills
  * the buffer afresh).  Block-sized buffers go on huge pages, see
  * dmar_block_buf_alloc: read(), zstd, SHA-256 and write() each stream
- * through them.  They are reserved for the largest block at once:
- * growing them as bigger blocks came cost a fresh, zeroed huge page each
- * time (19 huge-page faults, 15-22% of perf samples in clear_page for
- * unpack -t of the tar corpus), and pages never touched cost no memory,
- * so the bound on memory is the same. */
-static int buf_reserve(struct buf *b, size_t n)
+ * through them.  They are reserved for the largest block at once (see
+ * dmar_block_buf_reserve): growing them as bigger blocks came also cost a
+ * fresh, zeroed huge page each time (19 huge-page faults, 15-22% of perf
+ * samples in clear_page for unpack -t of the tar corpus). */
+static int buf_reserve(struct dmar_block_buf *b, size_t n)
 {
-	if (n <= b->cap)
-		return 0;
-	if (n >= (1u << 20) && n < DEC_BLOCK_BUF_MAX)
-		n = DEC_BLOCK_BUF_MAX;
-	uint8_t *p = n >= (1u << 20) ? dmar_block_buf_alloc(n) : malloc(n);
-	if (!p)
-		return -ENOMEM;
-	free(b->p);
-	b->p = p;
-	b->cap = n;
-	return 0;
+	return dmar_block_buf_reserve(b, n, DEC_BLOCK_BUF_MAX);
 }
 
 struct dec_job {
@@ -76,11 +60,11 @@ struct dec_job {
 	uint32_t raw_len, stored_len;
 	size_t logical;
 	unsigned absent_n;
-	struct buf table;        /* as stored */
+	struct dmar_block_buf table; /* as stored */
 	size_t table_len;
-	struct buf payload;
-	struct buf raw;          /* decompressed present chunks, when needed */
-	struct buf out;          /* assembled block, when needed */
+	struct dmar_block_buf payload;
+	struct dmar_block_buf raw;   /* decompressed present chunks, when needed */
+	struct dmar_block_buf out;   /* assembled block, when needed */
 	uint32_t *lens;
 	uint8_t *absent;
 	struct dmar_id *ids;
@@ -692,10 +676,10 @@ static void teardown(struct dec *d)
 	free(d->dctx_pack);
 	for (unsigned i = 0; d->ring && i < d->ring_cap; i++) {
 		struct dec_job *j = &d->ring[i];
-		free(j->table.p);
-		free(j->payload.p);
-		free(j->raw.p);
-		free(j->out.p);
+		dmar_block_buf_free(&j->table);
+		dmar_block_buf_free(&j->payload);
+		dmar_block_buf_free(&j->raw);
+		dmar_block_buf_free(&j->out);
 		free(j->lens);
 		free(j->absent);
 		free(j->ids);

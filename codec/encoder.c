@@ -47,7 +47,7 @@ struct block_job {
 	struct dmar_encoder *e;
 	const uint8_t *src;      /* the block's bytes: in data, or in the caller's mapping */
 	uint8_t *data;           /* window buffer owned by this job, or NULL */
-	uint8_t *scratch;        /* present chunks gathered, when some are absent */
+	struct dmar_block_buf scratch; /* present chunks gathered, when some are absent */
 	size_t logical;          /* bytes of the block in data */
 	uint64_t offset;         /* of the block in the file */
 	uint64_t index;          /* block number */
@@ -60,8 +60,7 @@ struct block_job {
 	size_t rec_len;
 	const uint8_t *payload;
 	size_t payload_len;
-	uint8_t *zbuf;           /* compressed payload */
-	size_t zcap;
+	struct dmar_block_buf zbuf; /* compressed payload */
 	unsigned absent_n;
 	uint64_t absent_bytes;
 	bool raw;
@@ -98,6 +97,7 @@ struct dmar_encoder {
 	ZSTD_CCtx **cctx;        /* one per worker */
 	ZSTD_CCtx **sctx;        /* one per worker, for the compressibility probe */
 	size_t win_cap;          /* DMAR_BLOCK_TARGET + max chunk */
+	size_t zcap;             /* compressed payload of a whole window, at worst */
 	unsigned max_chunks;
 	uint8_t *win;            /* window being filled by the caller */
 	size_t win_len;
@@ -288,7 +288,7 @@ static void encode_one(struct block_job *j, unsigned worker)
 	const uint8_t *present = j->src;
 	size_t raw_len = j->logical;
 	if (j->absent_n) {
-		if (!j->scratch && !(j->scratch = malloc(e->win_cap))) {
+		if (dmar_block_buf_reserve(&j->scratch, j->logical - j->absent_bytes, e->win_cap) < 0) {
 			j->rc = dmar_error_errno(&j->err, -ENOMEM, "encoder");
 			return;
 		}
@@ -296,12 +296,12 @@ static void encode_one(struct block_job *j, unsigned worker)
 		off = 0;
 		for (unsigned i = 0; i < j->n; i++) {
 			if (!j->absent[i]) {
-				memcpy(j->scratch + raw_len, j->src + off, j->lens[i]);
+				memcpy(j->scratch.p + raw_len, j->src + off, j->lens[i]);
 				raw_len += j->lens[i];
 			}
 			off += j->lens[i];
 		}
-		present = j->scratch;
+		present = j->scratch.p;
 	}
 
 	uint8_t enc = DMAR_ENC_RAW;
@@ -309,12 +309,16 @@ static void encode_one(struct block_job *j, unsigned worker)
 	j->payload_len = raw_len;
 	if (raw_len && e->o.level > 0 &&
 	    (worth_compressing(e->sctx[worker], present, raw_len) || has_repeat(j->ids, j->n))) {
-		size_t c = ZSTD_compress2(e->cctx[worker], j->zbuf, j->zcap, present, raw_len);
+		if (dmar_block_buf_reserve(&j->zbuf, ZSTD_compressBound(raw_len), e->zcap) < 0) {
+			j->rc = dmar_error_errno(&j->err, -ENOMEM, "encoder");
+			return;
+		}
+		size_t c = ZSTD_compress2(e->cctx[worker], j->zbuf.p, j->zbuf.cap, present, raw_len);
 		/* Keep zstd only when it saves more than 1/64: decoding raw
 		 * blocks is a memcpy, so a marginal gain is not worth it. */
 		if (!ZSTD_isError(c) && c < raw_len - raw_len / 64) {
 			enc = e->o.pack ? DMAR_ENC_ZSTD_PACK : DMAR_ENC_ZSTD;
-			j->payload = j->zbuf;
+			j->payload = j->zbuf.p;
 			j->payload_len = c;
 		}
 	}
@@ -465,7 +469,7 @@ _Static_assert((1u << BLOCK_WINDOW_LOG) == DMAR_BLOCK_MAX_RAW, "window covers th
 
 static ZSTD_CCtx *new_cctx(const struct dmar_encoder_opts *o)
 {
-	ZSTD_CCtx *c = ZSTD_createCCtx();
+	ZSTD_CCtx *c = ZSTD_createCCtx_advanced((ZSTD_customMem){ dmar_block_zalloc, dmar_block_zfree, NULL });
 	if (!c)
 		return NULL;
 	/* Our record already carries sizes and a check, and the header names
@@ -596,7 +600,7 @@ int dmar_encoder_new(struct dmar_encoder **out, const struct dmar_encoder_opts *
 				goto fail;
 		}
 	}
-	size_t zcap = ZSTD_compressBound(e->win_cap);
+	e->zcap = ZSTD_compressBound(e->win_cap);
 	size_t rec_cap = DMAR_BLOCK_HDR_SIZE + (size_t)e->max_chunks * (4 + DMAR_HASH_SIZE);
 	for (unsigned i = 0; i < e->ring_cap; i++) {
 		struct block_job *j = &e->ring[i];
@@ -606,9 +610,7 @@ int dmar_encoder_new(struct dmar_encoder **out, const struct dmar_encoder_opts *
 		j->ids = malloc(e->max_chunks * sizeof(*j->ids));
 		j->absent = malloc(e->max_chunks);
 		j->rec = malloc(rec_cap);
-		j->zcap = zcap;
-		j->zbuf = o->on_chunks ? NULL : malloc(zcap);
-		if (!j->lens || !j->ids || !j->absent || !j->rec || (!o->on_chunks && !j->zbuf))
+		if (!j->lens || !j->ids || !j->absent || !j->rec)
 			goto fail;
 	}
 	for (unsigned i = 0; i < e->ring_cap + 1; i++) {
@@ -800,12 +802,12 @@ void dmar_encoder_free(struct dmar_encoder *e)
 		for (unsigned i = 0; i < e->ring_cap; i++) {
 			struct block_job *j = &e->ring[i];
 			free(j->data);
-			free(j->scratch);
+			dmar_block_buf_free(&j->scratch);
 			free(j->lens);
 			free(j->ids);
 			free(j->absent);
 			free(j->rec);
-			free(j->zbuf);
+			dmar_block_buf_free(&j->zbuf);
 		}
 	}
 	if (e->spare) {

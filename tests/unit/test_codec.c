@@ -28,6 +28,7 @@
 #define ZSTD_STATIC_LINKING_ONLY
 #include <zstd.h>
 
+#include "block.h"
 #include "bytepack.h"
 #include "chunker.h"
 #include "decoder.h"
@@ -748,6 +749,49 @@ static void test_large(void **state)
 	/* The highest level the header allows. */
 	o = eopts(&G.ck_small, 22, NULL, 1);
 	roundtrip(&o, G.text, 100000, 0, 1, NULL);
+}
+
+/* Block buffers: a small request gets what it asks, the first of
+ * DMAR_BLOCK_BUF_HUGE_MIN or more the whole max at once, on 2 MiB
+ * boundaries (huge pages), and bigger requests up to max then reuse it
+ * instead of mapping fresh memory for each (every page of which faults
+ * in anew).  zstd's allocator splits at the same size. */
+static void test_block_buf(void **state)
+{
+	(void)state;
+	enum { MAX = 9u << 20 };
+	struct dmar_block_buf b = { 0 };
+	assert_int_equal(dmar_block_buf_reserve(&b, 1000, MAX), 0);
+	assert_non_null(b.p);
+	assert_int_equal(b.cap, 1000);
+	uint8_t *small = b.p;
+	assert_int_equal(dmar_block_buf_reserve(&b, 600, MAX), 0);
+	assert_ptr_equal(b.p, small);
+	assert_int_equal(b.cap, 1000);
+	memset(b.p, 1, b.cap);
+
+	assert_int_equal(dmar_block_buf_reserve(&b, DMAR_BLOCK_BUF_HUGE_MIN, MAX), 0);
+	assert_int_equal(b.cap, MAX);
+	assert_int_equal((uintptr_t)b.p % (2u << 20), 0);
+	uint8_t *big = b.p;
+	for (size_t n = DMAR_BLOCK_BUF_HUGE_MIN + 1; n <= MAX; n += 1u << 20) {
+		assert_int_equal(dmar_block_buf_reserve(&b, n, MAX), 0);
+		assert_ptr_equal(b.p, big);
+		memset(b.p, 2, n);
+	}
+	dmar_block_buf_free(&b);
+	assert_null(b.p);
+	assert_int_equal(b.cap, 0);
+
+	void *z = dmar_block_zalloc(NULL, DMAR_BLOCK_BUF_HUGE_MIN);
+	assert_non_null(z);
+	assert_int_equal((uintptr_t)z % (2u << 20), 0);
+	memset(z, 3, DMAR_BLOCK_BUF_HUGE_MIN);
+	dmar_block_zfree(NULL, z);
+	z = dmar_block_zalloc(NULL, 100);
+	assert_non_null(z);
+	memset(z, 4, 100);
+	dmar_block_zfree(NULL, z);
 }
 
 /* Zeros cut at max: blocks of maximum chunks, highly compressible. */
@@ -3004,6 +3048,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_large),
 		cmocka_unit_test(test_repeat_in_block),
 		cmocka_unit_test(test_zeros),
+		cmocka_unit_test(test_block_buf),
 		cmocka_unit_test(test_meta),
 		cmocka_unit_test(test_space_commit_fd),
 		cmocka_unit_test(test_feed_map),
