@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #define ZDICT_STATIC_LINKING_ONLY
+#define ZSTD_STATIC_LINKING_ONLY
 #include <zdict.h>
 #include <zstd.h>
 
@@ -25,7 +26,8 @@
 #define CDICT_LEVELS 23
 
 struct dmar_bytepack {
-	uint8_t *dict;
+	uint8_t *mem;                         /* malloc'd block holding dict */
+	const uint8_t *dict;
 	size_t dict_len;
 	uint32_t zstd_id;
 	struct dmar_id sha;
@@ -35,20 +37,25 @@ struct dmar_bytepack {
 	ZSTD_DDict *ddict;
 };
 
-static int pack_from_dict(const void *dict, size_t len, struct dmar_bytepack **out)
+/* A pack over dict[0..len), which lies in mem (malloc'd): the pack owns
+ * mem from here on, also on failure.  sha: the dictionary's SHA-256 when
+ * the caller has it already, else NULL. */
+static int pack_take(uint8_t *mem, const uint8_t *dict, size_t len, const struct dmar_id *sha,
+		     struct dmar_bytepack **out)
 {
 	struct dmar_bytepack *p = calloc(1, sizeof(*p));
-	if (!p)
-		return -ENOMEM;
-	p->dict = malloc(len);
-	if (!p->dict) {
-		free(p);
+	if (!p) {
+		free(mem);
 		return -ENOMEM;
 	}
-	memcpy(p->dict, dict, len);
+	p->mem = mem;
+	p->dict = dict;
 	p->dict_len = len;
 	p->zstd_id = (uint32_t)ZDICT_getDictID(dict, len);
-	dmar_hash(dict, len, &p->sha);
+	if (sha)
+		p->sha = *sha;
+	else
+		dmar_hash(dict, len, &p->sha);
 	p->id = dmar_get_le64(p->sha.b);
 	pthread_mutex_init(&p->lock, NULL);
 	*out = p;
@@ -148,8 +155,7 @@ int dmar_bytepack_train(const void *samples, const size_t *sizes, unsigned n, si
 		return dmar_error_set(err, -EINVAL, "mining failed: %s (give more or larger samples)",
 				      ZDICT_getErrorName(r));
 	}
-	int rc = pack_from_dict(dict, r, out);
-	free(dict);
+	int rc = pack_take(dict, dict, r, NULL, out);
 	if (rc < 0)
 		return dmar_error_errno(err, rc, "byte pack");
 	if ((*out)->id == 0) {
@@ -161,8 +167,10 @@ int dmar_bytepack_train(const void *samples, const size_t *sizes, unsigned n, si
 	return 0;
 }
 
-int dmar_bytepack_load(const void *buf, size_t len, struct dmar_bytepack **out,
-		       struct dmar_error *err)
+/* Check a serialized pack; on success *dlen and *sha describe its
+ * dictionary, which starts at DMAR_BYTEPACK_HDR_SIZE. */
+static int check_serialized(const void *buf, size_t len, uint32_t *dlen_out, struct dmar_id *sha_out,
+			    struct dmar_error *err)
 {
 	const uint8_t *b = buf;
 	if (len < DMAR_BYTEPACK_HDR_SIZE)
@@ -196,8 +204,24 @@ int dmar_bytepack_load(const void *buf, size_t len, struct dmar_bytepack **out,
 				      (unsigned)ZDICT_getDictID(dict, dlen), zid);
 	if (dmar_get_le64(sha.b) == 0)
 		return dmar_error_set(err, -EBADMSG, "byte pack id is 0 (reserved)");
-	int r = pack_from_dict(dict, dlen, out);
+	*dlen_out = dlen;
+	*sha_out = sha;
+	return 0;
+}
+
+int dmar_bytepack_load(const void *buf, size_t len, struct dmar_bytepack **out,
+		       struct dmar_error *err)
+{
+	uint32_t dlen;
+	struct dmar_id sha;
+	int r = check_serialized(buf, len, &dlen, &sha, err);
 	if (r < 0)
+		return r;
+	uint8_t *dict = malloc(dlen);
+	if (!dict)
+		return dmar_error_errno(err, -ENOMEM, "byte pack");
+	memcpy(dict, (const uint8_t *)buf + DMAR_BYTEPACK_HDR_SIZE, dlen);
+	if ((r = pack_take(dict, dict, dlen, &sha, out)) < 0)
 		return dmar_error_errno(err, r, "byte pack");
 	return 0;
 }
@@ -233,11 +257,18 @@ int dmar_bytepack_load_file(const char *path, struct dmar_bytepack **out, struct
 		got += (size_t)n;
 	}
 	close(fd);
+	/* The pack keeps the buffer it was read into: no second copy of
+	 * the dictionary to fault in. */
 	struct dmar_error e2 = { 0 };
-	int r = dmar_bytepack_load(buf, got, out, &e2);
-	free(buf);
-	if (r < 0)
+	uint32_t dlen;
+	struct dmar_id sha;
+	int r = check_serialized(buf, got, &dlen, &sha, &e2);
+	if (r < 0) {
+		free(buf);
 		return dmar_error_set(err, r, "%s: %s", path, e2.msg);
+	}
+	if ((r = pack_take(buf, buf + DMAR_BYTEPACK_HDR_SIZE, dlen, &sha, out)) < 0)
+		return dmar_error_errno(err, r, path);
 	return 0;
 }
 
@@ -281,8 +312,13 @@ const struct ZSTD_CDict_s *dmar_bytepack_cdict(struct dmar_bytepack *p, int leve
 	if (level >= CDICT_LEVELS)
 		level = CDICT_LEVELS - 1;
 	pthread_mutex_lock(&p->lock);
+	/* By reference: the pack keeps its dictionary for as long as the
+	 * CDict lives, and a copy is 256 KiB more to fault in.  (Not
+	 * ZSTD_createCDict_advanced, which could put the tables on huge
+	 * pages: a CDict made there leaves the contexts that use it at the
+	 * default level.) */
 	if (!p->cdict[level])
-		p->cdict[level] = ZSTD_createCDict(p->dict, p->dict_len, level);
+		p->cdict[level] = ZSTD_createCDict_byReference(p->dict, p->dict_len, level);
 	ZSTD_CDict *c = p->cdict[level];
 	pthread_mutex_unlock(&p->lock);
 	return c;
@@ -292,7 +328,7 @@ const struct ZSTD_DDict_s *dmar_bytepack_ddict(struct dmar_bytepack *p)
 {
 	pthread_mutex_lock(&p->lock);
 	if (!p->ddict)
-		p->ddict = ZSTD_createDDict(p->dict, p->dict_len);
+		p->ddict = ZSTD_createDDict_byReference(p->dict, p->dict_len);
 	ZSTD_DDict *d = p->ddict;
 	pthread_mutex_unlock(&p->lock);
 	return d;
@@ -306,6 +342,6 @@ void dmar_bytepack_free(struct dmar_bytepack *p)
 		ZSTD_freeCDict(p->cdict[i]);
 	ZSTD_freeDDict(p->ddict);
 	pthread_mutex_destroy(&p->lock);
-	free(p->dict);
+	free(p->mem);
 	free(p);
 }
