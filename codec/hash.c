@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * OpenSSL 3 looks a digest up by name on every one-shot call; fetching the
- * SHA-256 implementation once and keeping one context per thread avoids
- * that cost, which matters at ~30 000 chunks per GiB.  Where the CPU has
- * SHA-NI or AVX-512, hashing goes to sha256.c instead, which hashes two
- * (SHA-NI) or sixteen (AVX-512) messages at once for the batch calls.
+ * Where the CPU has SHA-NI or AVX-512, hashing goes to sha256.c, which
+ * hashes two (SHA-NI) or sixteen (AVX-512) messages at once for the batch
+ * calls, and one at a time (also incrementally) for the rest; libcrypto is
+ * then never loaded (libcrypto.h says why it is loaded on demand).
+ * Without SHA-NI, libcrypto hashes: OpenSSL 3 looks a digest up by name
+ * on every one-shot call, so the digest is fetched once and each thread
+ * keeps one context, which matters at ~30 000 chunks per GiB.
  */
 #include "config.h"
 
@@ -16,34 +18,21 @@
 #include <string.h>
 #include <sys/uio.h>
 
-#include <openssl/evp.h>
-
 #include "hash.h"
+#include "libcrypto.h"
 #include "sha256.h"
 
 struct dmar_hash_ctx {
+#ifdef DMAR_SHA256_HW
+	bool hw;                   /* sha256.c (s), or libcrypto (ctx) */
+	struct dmar_sha256_ctx s;
+#endif
 	EVP_MD_CTX *ctx;
 };
 
-static const EVP_MD *sha256_md;
 static pthread_once_t md_once = PTHREAD_ONCE_INIT;
 static pthread_key_t tls_key;
-
-static void free_tls(void *p)
-{
-	EVP_MD_CTX_free(p);
-}
-
-static void md_init(void)
-{
-#if OPENSSL_VERSION_NUMBER >= 0x30000000L
-	sha256_md = EVP_MD_fetch(NULL, "SHA256", NULL);
-#endif
-	if (!sha256_md)
-		sha256_md = EVP_sha256();
-	if (pthread_key_create(&tls_key, free_tls) != 0)
-		abort();
-}
+#define C dmar_libcrypto
 
 static void must(int ok)
 {
@@ -54,12 +43,30 @@ static void must(int ok)
 	}
 }
 
+static void free_tls(void *p)
+{
+	C.md_ctx_free(p);
+}
+
+static void md_init(void)
+{
+	struct dmar_error err = { 0 };
+	if (dmar_libcrypto_load(&err) < 0) {
+		/* Hashing has no error path: without SHA-NI and without
+		 * libcrypto there is no SHA-256 at all. */
+		fprintf(stderr, "dmar: SHA-256 needs libcrypto on this CPU (no SHA-NI, or DMAR_HASH_NO_SHANI): %s\n",
+			err.msg);
+		abort();
+	}
+	must(pthread_key_create(&tls_key, free_tls) == 0);
+}
+
 static EVP_MD_CTX *thread_ctx(void)
 {
 	pthread_once(&md_once, md_init);
 	EVP_MD_CTX *c = pthread_getspecific(tls_key);
 	if (!c) {
-		c = EVP_MD_CTX_new();
+		c = C.md_ctx_new();
 		must(c != NULL);
 		must(pthread_setspecific(tls_key, c) == 0);
 	}
@@ -70,9 +77,9 @@ static void ossl_hash(const void *buf, size_t len, struct dmar_id *out)
 {
 	EVP_MD_CTX *c = thread_ctx();
 	unsigned int n = 0;
-	must(EVP_DigestInit_ex(c, sha256_md, NULL));
-	must(EVP_DigestUpdate(c, buf, len));
-	must(EVP_DigestFinal_ex(c, out->b, &n));
+	must(C.digest_init_ex(c, C.sha256, NULL));
+	must(C.digest_update(c, buf, len));
+	must(C.digest_final_ex(c, out->b, &n));
 }
 
 /*
@@ -305,23 +312,41 @@ void dmar_hash_chunks(const uint8_t *base, const uint32_t *lens, const uint8_t *
 
 void dmar_hash_iov(const struct iovec *iov, int n, struct dmar_id *out)
 {
+#ifdef DMAR_SHA256_HW
+	if (dmar_hash_hw()) {
+		struct dmar_sha256_ctx s;
+		dmar_sha256_init(&s);
+		for (int i = 0; i < n; i++)
+			dmar_sha256_update(&s, iov[i].iov_base, iov[i].iov_len);
+		dmar_sha256_final(&s, out->b);
+		return;
+	}
+#endif
 	EVP_MD_CTX *c = thread_ctx();
 	unsigned int len = 0;
-	must(EVP_DigestInit_ex(c, sha256_md, NULL));
+	must(C.digest_init_ex(c, C.sha256, NULL));
 	for (int i = 0; i < n; i++)
-		must(EVP_DigestUpdate(c, iov[i].iov_base, iov[i].iov_len));
-	must(EVP_DigestFinal_ex(c, out->b, &len));
+		must(C.digest_update(c, iov[i].iov_base, iov[i].iov_len));
+	must(C.digest_final_ex(c, out->b, &len));
 }
 
 struct dmar_hash_ctx *dmar_hash_ctx_new(void)
 {
-	pthread_once(&md_once, md_init);
-	struct dmar_hash_ctx *h = malloc(sizeof(*h));
+	struct dmar_hash_ctx *h = calloc(1, sizeof(*h));
 	if (!h)
 		return NULL;
-	h->ctx = EVP_MD_CTX_new();
-	if (!h->ctx || !EVP_DigestInit_ex(h->ctx, sha256_md, NULL)) {
-		EVP_MD_CTX_free(h->ctx);
+#ifdef DMAR_SHA256_HW
+	/* The engine is chosen once, for the context's whole life. */
+	if ((h->hw = dmar_hash_hw())) {
+		dmar_sha256_init(&h->s);
+		return h;
+	}
+#endif
+	pthread_once(&md_once, md_init);
+	h->ctx = C.md_ctx_new();
+	if (!h->ctx || !C.digest_init_ex(h->ctx, C.sha256, NULL)) {
+		if (h->ctx)
+			C.md_ctx_free(h->ctx);
 		free(h);
 		return NULL;
 	}
@@ -330,21 +355,35 @@ struct dmar_hash_ctx *dmar_hash_ctx_new(void)
 
 void dmar_hash_ctx_update(struct dmar_hash_ctx *h, const void *buf, size_t len)
 {
-	must(EVP_DigestUpdate(h->ctx, buf, len));
+#ifdef DMAR_SHA256_HW
+	if (h->hw) {
+		dmar_sha256_update(&h->s, buf, len);
+		return;
+	}
+#endif
+	must(C.digest_update(h->ctx, buf, len));
 }
 
 void dmar_hash_ctx_final(struct dmar_hash_ctx *h, struct dmar_id *out)
 {
+#ifdef DMAR_SHA256_HW
+	if (h->hw) {
+		dmar_sha256_final(&h->s, out->b);
+		dmar_sha256_init(&h->s);
+		return;
+	}
+#endif
 	unsigned int n = 0;
-	must(EVP_DigestFinal_ex(h->ctx, out->b, &n));
-	must(EVP_DigestInit_ex(h->ctx, sha256_md, NULL));
+	must(C.digest_final_ex(h->ctx, out->b, &n));
+	must(C.digest_init_ex(h->ctx, C.sha256, NULL));
 }
 
 void dmar_hash_ctx_free(struct dmar_hash_ctx *h)
 {
 	if (!h)
 		return;
-	EVP_MD_CTX_free(h->ctx);
+	if (h->ctx)
+		C.md_ctx_free(h->ctx);
 	free(h);
 }
 

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * hash.h - SHA-256 content ids: on x86 SHA-NI (sha256.c), two messages at a
- * time where the caller has several, or sixteen on AVX-512; through
- * OpenSSL libcrypto otherwise and for incremental hashing.
+ * time where the caller has several, or sixteen on AVX-512, one at a time
+ * (or incrementally) for the rest; through OpenSSL libcrypto, loaded on
+ * first use (libcrypto.h), on CPUs without SHA-NI.
  *
  * Thread-safe: each thread keeps its own digest context.
  */

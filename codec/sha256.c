@@ -220,6 +220,47 @@ void dmar_sha256(const void *buf, size_t len, uint8_t out[32])
 	lane_finish(&l);
 }
 
+void dmar_sha256_init(struct dmar_sha256_ctx *c)
+{
+	memcpy(c->st, IV, sizeof(IV));
+	c->len = 0;
+}
+
+void dmar_sha256_update(struct dmar_sha256_ctx *c, const void *buf, size_t len)
+{
+	const uint8_t *p = buf;
+	size_t fill = (size_t)(c->len % 64);
+	c->len += len;
+	if (fill) {
+		size_t n = 64 - fill < len ? 64 - fill : len;
+		memcpy(c->buf + fill, p, n);
+		p += n;
+		len -= n;
+		if (fill + n < 64)
+			return;
+		blocks1(c->st, c->buf, 1);
+	}
+	if (len >= 64) {
+		blocks1(c->st, p, len / 64);
+		p += len / 64 * 64;
+		len %= 64;
+	}
+	memcpy(c->buf, p, len);
+}
+
+void dmar_sha256_final(struct dmar_sha256_ctx *c, uint8_t out[32])
+{
+	/* The lane's padding: the buffered tail, 0x80, zeros, bit length. */
+	struct lane l;
+	lane_start(&l, c->buf, (size_t)(c->len % 64), out);
+	uint64_t bits = c->len << 3;
+	uint8_t *e = l.pad + 64 * l.pad_nb - 8;
+	for (int i = 0; i < 8; i++)
+		e[i] = (uint8_t)(bits >> (56 - 8 * i));
+	memcpy(l.st, c->st, sizeof(l.st));
+	lane_finish(&l);
+}
+
 static bool refill(struct lane *l, dmar_sha256_next_fn next, void *ctx)
 {
 	const uint8_t *buf;

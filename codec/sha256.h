@@ -31,6 +31,18 @@ bool dmar_sha256_cpu(void);
 /* out = SHA-256(buf[0..len)).  Only when dmar_sha256_cpu(). */
 void dmar_sha256(const void *buf, size_t len, uint8_t out[32]);
 
+/* One message that arrives in pieces (update any number of times, final
+ * once).  Only when dmar_sha256_cpu(). */
+struct dmar_sha256_ctx {
+	uint32_t st[8];
+	uint64_t len;      /* bytes so far */
+	uint8_t buf[64];   /* a partial block: len % 64 bytes */
+};
+void dmar_sha256_init(struct dmar_sha256_ctx *c);
+void dmar_sha256_update(struct dmar_sha256_ctx *c, const void *buf, size_t len);
+/* Writes the digest; c must be initialised again before reuse. */
+void dmar_sha256_final(struct dmar_sha256_ctx *c, uint8_t out[32]);
+
 /* Source of messages for dmar_sha256_stream: store the next message's
  * bytes, length and digest destination and return true, or return false
  * when there are no more. */

@@ -51,7 +51,6 @@
 #include <unistd.h>
 
 #include <microhttpd.h>
-#include <openssl/crypto.h>
 
 #define ZSTD_STATIC_LINKING_ONLY /* ZSTD_c_format: magicless frames */
 #include <zstd.h>
@@ -356,7 +355,10 @@ static bool authorized(struct req *q)
 	/* Hashing first makes the comparison constant-time in the length too. */
 	struct dmar_id got;
 	dmar_hash(h, strlen(h), &got);
-	return CRYPTO_memcmp(got.b, q->s->token_hash.b, DMAR_HASH_SIZE) == 0;
+	uint8_t diff = 0;
+	for (size_t i = 0; i < DMAR_HASH_SIZE; i++)
+		diff |= got.b[i] ^ q->s->token_hash.b[i];
+	return diff == 0;
 }
 
 
@@ -1395,8 +1397,12 @@ static enum MHD_Result h_events(struct req *q)
 		return reply_error_full(q, -EINVAL, MHD_HTTP_UPGRADE_REQUIRED, "events: Sec-WebSocket-Version must be 13",
 					NULL, "Sec-WebSocket-Version", "13");
 	char accept[DMAR_WS_ACCEPT_SIZE];
-	if (dmar_ws_accept_key(key, accept) < 0)
+	int ar = dmar_ws_accept_key(key, accept);
+	if (ar == -EINVAL)
 		return reply_error(q, -EINVAL, 0, "events: Sec-WebSocket-Key missing or not 16 bytes of base64");
+	if (ar < 0)
+		return reply_error(q, ar, MHD_HTTP_INTERNAL_SERVER_ERROR,
+				   "events: no SHA-1 for the handshake (libcrypto could not be loaded)");
 	pthread_mutex_lock(&q->s->lock);
 	bool full = q->s->nclients >= WS_CLIENTS_MAX;
 	pthread_mutex_unlock(&q->s->lock);

@@ -10,8 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <openssl/evp.h>
-
+#include "libcrypto.h"
 #include "ws.h"
 
 /* ---- handshake ---------------------------------------------------------- */
@@ -33,10 +32,13 @@ int dmar_ws_accept_key(const char *key, char out[DMAR_WS_ACCEPT_SIZE])
 	memcpy(in + DMAR_WS_KEY_SIZE, DMAR_WS_GUID, sizeof(DMAR_WS_GUID) - 1);
 	uint8_t sha[EVP_MAX_MD_SIZE];
 	unsigned n = 0;
-	if (!EVP_Digest(in, sizeof(in), sha, &n, EVP_sha1(), NULL) || n != 20)
+	int r = dmar_libcrypto_load(NULL);
+	if (r < 0)
+		return r;
+	if (!dmar_libcrypto.digest(in, sizeof(in), sha, &n, dmar_libcrypto.sha1, NULL) || n != 20)
 		return -EIO;
 	/* 20 bytes encode to 28 characters and a NUL: exactly out's size. */
-	EVP_EncodeBlock((unsigned char *)out, sha, 20);
+	dmar_libcrypto.encode_block((unsigned char *)out, sha, 20);
 	return 0;
 }
 

@@ -51,7 +51,7 @@ enum dmar_ws_opcode {
  * out = base64(SHA-1(key + DMAR_WS_GUID)), the Sec-WebSocket-Accept for a
  * Sec-WebSocket-Key, NUL-terminated.  key must look like a key: 24 base64
  * characters ending in "==" (16 bytes); else -EINVAL and out untouched.
- * 0 on success.
+ * 0 on success; -ELIBACC when libcrypto (the SHA-1) cannot be loaded.
  */
 int dmar_ws_accept_key(const char *key, char out[DMAR_WS_ACCEPT_SIZE]);
 

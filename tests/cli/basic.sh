@@ -259,5 +259,27 @@ case $maps in
 esac
 case $maps in *libcurl*) fail "dmar pack mapped libcurl: $(printf '%s\n' "$maps" | grep libcurl | head -n 1)" ;; esac
 
+# Nor libcrypto where the CPU has SHA-NI (codec/libcrypto.h: linking it
+# cost 2.3 ms of start-up a process); without SHA-NI, or told not to use
+# it, dmar loads libcrypto and hashes with it, to the same artifact.  The
+# dynamic loader's own log (LD_DEBUG=files) names every library loaded,
+# dlopen()ed ones too.
+check "libcrypto is loaded only to hash without SHA-NI, to the same bytes"
+head -c 300000 /dev/urandom >lc.in
+cat lc.in lc.in >>lc.in2
+LD_DEBUG=files "$DMAR" pack -q -f -o lc.dmar lc.in2 2>lc.log || fail "dmar pack lc.in2 failed: $(grep -v 'file=\|calling\|^ *[0-9]*: *$' lc.log | head -n 3)"
+if grep -qw sha_ni /proc/cpuinfo; then
+	if grep -q 'file=libcrypto' lc.log; then fail "dmar pack loaded libcrypto on a CPU with SHA-NI"; fi
+else
+	say "  (this CPU has no SHA-NI: libcrypto is dmar's engine here)"
+fi
+DMAR_HASH_NO_SHANI=1 DMAR_HASH_NO_AVX512=1 LD_DEBUG=files "$DMAR" pack -q -f -o lc2.dmar lc.in2 2>lc2.log ||
+	fail "dmar pack with DMAR_HASH_NO_SHANI failed"
+grep -q 'file=libcrypto' lc2.log || fail "dmar pack with DMAR_HASH_NO_SHANI=1 did not load libcrypto"
+cmp -s lc.dmar lc2.dmar || fail "libcrypto and sha256.c made different artifacts"
+DMAR_HASH_NO_SHANI=1 DMAR_HASH_NO_AVX512=1 "$DMAR" unpack -q -f -o lc.out lc.dmar || fail "unpack with libcrypto failed"
+cmp -s lc.out lc.in2 || fail "unpack with libcrypto gave other bytes"
+rm -f lc.in lc.in2 lc.dmar lc2.dmar lc.out lc.log lc2.log
+
 say "PASS: basic"
 exit 0

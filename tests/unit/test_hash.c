@@ -92,6 +92,11 @@ static void test_incremental_known(void **state)
 	dmar_hash_ctx_free(NULL);
 }
 
+static void ref_sha(const void *buf, size_t len, struct dmar_id *out);
+
+/* The incremental paths (a context, an iovec) against libcrypto called
+ * directly: on SHA-NI they are sha256.c's own, and dmar_hash there is the
+ * same code, so comparing with it alone could agree on a wrong answer. */
 static void test_incremental_equals_oneshot(void **state)
 {
 	const size_t len = 300000;
@@ -105,7 +110,9 @@ static void test_incremental_equals_oneshot(void **state)
 	fill_random(buf, len, 11);
 	for (int round = 0; round < 20; round++) {
 		size_t n = round == 0 ? len : (size_t)(xorshift64(&s) % len);
-		dmar_hash(buf, n, &want);
+		ref_sha(buf, n, &want);
+		struct iovec v[64];
+		int nv = 0;
 		size_t pos = 0;
 		while (pos < n) {
 			/* Pieces from 0 to ~2 blocks, crossing the 64-byte
@@ -114,17 +121,28 @@ static void test_incremental_equals_oneshot(void **state)
 			if (piece > n - pos)
 				piece = n - pos;
 			dmar_hash_ctx_update(h, buf + pos, piece);
+			if (nv < 63)
+				v[nv++] = (struct iovec){ buf + pos, piece };
+			else
+				v[62].iov_len += piece; /* the rest in the last one */
 			pos += piece;
 		}
 		dmar_hash_ctx_final(h, &got);
 		assert_memory_equal(want.b, got.b, DMAR_HASH_SIZE);
+		memset(&got, 0, sizeof(got));
+		dmar_hash_iov(v, nv, &got);
+		assert_memory_equal(want.b, got.b, DMAR_HASH_SIZE);
 	}
 	/* Every length around the padding boundaries (55, 56, 64, ...). */
 	for (size_t n = 0; n < 200; n++) {
-		dmar_hash(buf, n, &want);
+		ref_sha(buf, n, &want);
 		dmar_hash_ctx_update(h, buf, n / 2);
 		dmar_hash_ctx_update(h, buf + n / 2, n - n / 2);
 		dmar_hash_ctx_final(h, &got);
+		assert_memory_equal(want.b, got.b, DMAR_HASH_SIZE);
+		struct iovec v[3] = { { buf, n / 3 }, { buf + n / 3, 0 }, { buf + n / 3, n - n / 3 } };
+		memset(&got, 0, sizeof(got));
+		dmar_hash_iov(v, 3, &got);
 		assert_memory_equal(want.b, got.b, DMAR_HASH_SIZE);
 	}
 	dmar_hash_ctx_free(h);
