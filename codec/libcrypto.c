@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "dl.h"
 #include "libcrypto.h"
 
 struct dmar_libcrypto dmar_libcrypto;
@@ -19,10 +20,7 @@ static pthread_once_t once = PTHREAD_ONCE_INIT;
 static int load_rc;
 static char load_msg[256];
 
-static const struct {
-	const char *name;
-	size_t off;
-} syms[] = {
+static const struct dmar_dl_sym syms[] = {
 #define SYM(field, name) { name, offsetof(struct dmar_libcrypto, field) }
 	SYM(md_ctx_new, "EVP_MD_CTX_new"),
 	SYM(md_ctx_free, "EVP_MD_CTX_free"),
@@ -57,36 +55,18 @@ static const EVP_MD *md(void *h, const char *fetch_name, const char *legacy)
 static void load(void)
 {
 	struct dmar_libcrypto t;
-	/* Never closed: libcrypto keeps global state until the process
-	 * ends, like a linked library would. */
 	static const char *const names[] = DMAR_LIBCRYPTO_SONAMES;
-	const char *name = NULL;
-	void *h = NULL;
-	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]) && !h; i++)
-		if ((h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL)))
-			name = names[i];
+	void *h = dmar_dl_open(names, sizeof(names) / sizeof(names[0]), "libssl3", syms, sizeof(syms) / sizeof(syms[0]),
+			       &t, load_msg, sizeof(load_msg));
 	if (!h) {
 		load_rc = -ELIBACC;
-		snprintf(load_msg, sizeof(load_msg), "none of %s, %s loads (%s); install libssl3", names[0], names[1],
-			 dlerror());
 		return;
-	}
-	for (size_t i = 0; i < sizeof(syms) / sizeof(syms[0]); i++) {
-		void *f = dlsym(h, syms[i].name);
-		if (!f) {
-			load_rc = -ELIBACC;
-			snprintf(load_msg, sizeof(load_msg), "%s: no symbol %s", name, syms[i].name);
-			return;
-		}
-		/* POSIX: a function's address from dlsym converts to a
-		 * function pointer of its type. */
-		memcpy((char *)&t + syms[i].off, &f, sizeof(f));
 	}
 	t.sha256 = md(h, "SHA256", "EVP_sha256");
 	t.sha1 = md(h, "SHA1", "EVP_sha1");
 	if (!t.sha256 || !t.sha1) {
 		load_rc = -ELIBACC;
-		snprintf(load_msg, sizeof(load_msg), "%s: no SHA-256 or SHA-1 digest", name);
+		snprintf(load_msg, sizeof(load_msg), "no SHA-256 or SHA-1 digest");
 		return;
 	}
 	dmar_libcrypto = t;

@@ -4,13 +4,13 @@
  */
 #include "config.h"
 
-#include <dlfcn.h>
 #include <stddef.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "dl.h"
 #include "libcurl.h"
 
 struct dmar_libcurl dmar_libcurl;
@@ -20,10 +20,7 @@ static int load_rc;
 static char load_msg[256];
 
 /* One entry of the table, by libcurl's own name for it. */
-static const struct {
-	const char *name;
-	size_t off;
-} syms[] = {
+static const struct dmar_dl_sym syms[] = {
 #define SYM(field, name) { name, offsetof(struct dmar_libcurl, field) }
 	SYM(global_init, "curl_global_init"),
 	SYM(easy_init, "curl_easy_init"),
@@ -48,30 +45,11 @@ static const struct {
 static void load(void)
 {
 	struct dmar_libcurl t;
-	/* Never closed: libcurl keeps global state until the process ends,
-	 * like a linked library would. */
 	static const char *const names[] = DMAR_LIBCURL_SONAMES;
-	const char *name = NULL;
-	void *h = NULL;
-	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]) && !h; i++)
-		if ((h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL)))
-			name = names[i];
-	if (!h) {
+	if (!dmar_dl_open(names, sizeof(names) / sizeof(names[0]), "libcurl4", syms, sizeof(syms) / sizeof(syms[0]), &t,
+			  load_msg, sizeof(load_msg))) {
 		load_rc = -ELIBACC;
-		snprintf(load_msg, sizeof(load_msg), "none of %s, %s loads (%s); install libcurl4", names[0], names[1],
-			 dlerror());
 		return;
-	}
-	for (size_t i = 0; i < sizeof(syms) / sizeof(syms[0]); i++) {
-		void *f = dlsym(h, syms[i].name);
-		if (!f) {
-			load_rc = -ELIBACC;
-			snprintf(load_msg, sizeof(load_msg), "%s: no symbol %s", name, syms[i].name);
-			return;
-		}
-		/* POSIX: a function's address from dlsym converts to a
-		 * function pointer of its type. */
-		memcpy((char *)&t + syms[i].off, &f, sizeof(f));
 	}
 	CURLcode cc = t.global_init(CURL_GLOBAL_DEFAULT);
 	if (cc != CURLE_OK) {

@@ -31,6 +31,7 @@
 #include "block.h"
 #include "bytepack.h"
 #include "chunker.h"
+#include "dl.h"
 #include "decoder.h"
 #include "encoder.h"
 #include "format.h"
@@ -749,6 +750,32 @@ static void test_large(void **state)
 	/* The highest level the header allows. */
 	o = eopts(&G.ck_small, 22, NULL, 1);
 	roundtrip(&o, G.text, 100000, 0, 1, NULL);
+}
+
+/* dmar_dl_open: the first soname that loads, every symbol into the
+ * table; a clear message when none loads or a symbol is missing. */
+static void test_dl_open(void **state)
+{
+	(void)state;
+	struct t {
+		size_t (*len)(const char *);
+		int (*cmp)(const char *, const char *);
+	} t = { 0 };
+	const struct dmar_dl_sym syms[] = { { "strlen", offsetof(struct t, len) }, { "strcmp", offsetof(struct t, cmp) } };
+	char msg[256];
+	const char *const good[] = { "libdmar-no-such.so.9", "libc.so.6" };
+	assert_non_null(dmar_dl_open(good, 2, "libc6", syms, 2, &t, msg, sizeof(msg)));
+	assert_int_equal(t.len("four"), 4);
+	assert_int_equal(t.cmp("a", "a"), 0);
+
+	const char *const none[] = { "libdmar-no-such.so.9", "libdmar-no-such.so.8" };
+	assert_null(dmar_dl_open(none, 2, "dmar-nothing", syms, 2, &t, msg, sizeof(msg)));
+	assert_non_null(strstr(msg, "none of libdmar-no-such.so.9, libdmar-no-such.so.8 loads ("));
+	assert_non_null(strstr(msg, "); install dmar-nothing"));
+
+	const struct dmar_dl_sym bad[] = { { "strlen", 0 }, { "dmar_no_such_function", 0 } };
+	assert_null(dmar_dl_open(good + 1, 1, "libc6", bad, 2, &t, msg, sizeof(msg)));
+	assert_string_equal(msg, "libc.so.6: no symbol dmar_no_such_function");
 }
 
 /* Block buffers: a small request gets what it asks, the first of
@@ -3049,6 +3076,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_repeat_in_block),
 		cmocka_unit_test(test_zeros),
 		cmocka_unit_test(test_block_buf),
+		cmocka_unit_test(test_dl_open),
 		cmocka_unit_test(test_meta),
 		cmocka_unit_test(test_space_commit_fd),
 		cmocka_unit_test(test_feed_map),
