@@ -2,7 +2,6 @@
 #include "config.h"
 
 #include <errno.h>
-#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -40,14 +39,19 @@ void *dmar_block_buf_alloc(size_t len)
 	return p;
 }
 
+/* n bytes: from DMAR_BLOCK_BUF_HUGE_MIN on huge pages, below malloc'd. */
+static void *buf_new(size_t n)
+{
+	return n >= DMAR_BLOCK_BUF_HUGE_MIN ? dmar_block_buf_alloc(n) : malloc(n);
+}
+
 int dmar_block_buf_reserve(struct dmar_block_buf *b, size_t n, size_t max)
 {
 	if (n <= b->cap)
 		return 0;
-	bool huge = n >= DMAR_BLOCK_BUF_HUGE_MIN;
-	if (huge && n < max)
+	if (n >= DMAR_BLOCK_BUF_HUGE_MIN && n < max)
 		n = max;
-	uint8_t *p = huge ? dmar_block_buf_alloc(n) : malloc(n);
+	uint8_t *p = buf_new(n);
 	if (!p)
 		return -ENOMEM;
 	free(b->p);
@@ -66,7 +70,7 @@ void dmar_block_buf_free(struct dmar_block_buf *b)
 void *dmar_block_zalloc(void *opaque, size_t size)
 {
 	(void)opaque;
-	return size >= DMAR_BLOCK_BUF_HUGE_MIN ? dmar_block_buf_alloc(size) : malloc(size);
+	return buf_new(size);
 }
 
 void dmar_block_zfree(void *opaque, void *p)

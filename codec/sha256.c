@@ -156,19 +156,27 @@ struct lane {
 	uint8_t pad[128];
 };
 
+/* The padding block(s) of a message of total bytes whose last rem
+ * (< 64) bytes are tail: tail, 0x80, zeros, the length in bits. */
+static void lane_pad(struct lane *l, const uint8_t *tail, size_t rem, uint64_t total)
+{
+	l->pad_nb = rem < 56 ? 1 : 2;
+	memset(l->pad, 0, sizeof(l->pad));
+	if (rem)
+		memcpy(l->pad, tail, rem);
+	l->pad[rem] = 0x80;
+	uint64_t bits = total << 3;
+	uint8_t *e = l->pad + 64 * l->pad_nb - 8;
+	for (int i = 0; i < 8; i++)
+		e[i] = (uint8_t)(bits >> (56 - 8 * i));
+}
+
 static void lane_start(struct lane *l, const uint8_t *buf, size_t len, uint8_t *out)
 {
 	size_t full = len / 64, rem = len % 64;
 	memcpy(l->st, IV, sizeof(IV));
-	l->pad_nb = rem < 56 ? 1 : 2;
-	memset(l->pad, 0, sizeof(l->pad));
-	if (rem)
-		memcpy(l->pad, buf + full * 64, rem);
-	l->pad[rem] = 0x80;
-	uint64_t bits = (uint64_t)len << 3;
-	uint8_t *e = l->pad + 64 * l->pad_nb - 8;
-	for (int i = 0; i < 8; i++)
-		e[i] = (uint8_t)(bits >> (56 - 8 * i));
+	/* buf may be NULL when len is 0: no offset from it then. */
+	lane_pad(l, rem ? buf + full * 64 : buf, rem, len);
 	l->out = out;
 	l->busy = true;
 	if (full) {
@@ -250,14 +258,15 @@ void dmar_sha256_update(struct dmar_sha256_ctx *c, const void *buf, size_t len)
 
 void dmar_sha256_final(struct dmar_sha256_ctx *c, uint8_t out[32])
 {
-	/* The lane's padding: the buffered tail, 0x80, zeros, bit length. */
+	/* A lane that has only its padding left: the buffered tail. */
 	struct lane l;
-	lane_start(&l, c->buf, (size_t)(c->len % 64), out);
-	uint64_t bits = c->len << 3;
-	uint8_t *e = l.pad + 64 * l.pad_nb - 8;
-	for (int i = 0; i < 8; i++)
-		e[i] = (uint8_t)(bits >> (56 - 8 * i));
 	memcpy(l.st, c->st, sizeof(l.st));
+	lane_pad(&l, c->buf, (size_t)(c->len % 64), c->len);
+	l.out = out;
+	l.busy = true;
+	l.p = l.pad;
+	l.nb = l.pad_nb;
+	l.in_pad = true;
 	lane_finish(&l);
 }
 
