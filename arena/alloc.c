@@ -430,6 +430,59 @@ int dmar_alloc_put(struct dmar_alloc *al, uint64_t first, uint64_t n)
 	return r;
 }
 
+static bool range_free(const struct dmar_alloc *al, uint64_t u, uint64_t n)
+{
+	for (uint64_t end = u + n; u < end;) {
+		uint64_t cnt = min_u64(64 - (u & 63), end - u);
+		if (al->map[u >> 6] & bits(u & 63, cnt))
+			return false;
+		u += cnt;
+	}
+	return true;
+}
+
+int dmar_alloc_claim(struct dmar_alloc *al, uint64_t first, uint64_t n)
+{
+	int r = -EINVAL;
+
+	pthread_mutex_lock(&al->lock);
+	if (n && first < al->units && n <= al->units - first) {
+		r = -EEXIST;
+		/* Reserving only shrinks free runs: every bound stays true. */
+		if (range_free(al, first, n)) {
+			set_range(al, first, n, true);
+			al->used += n;
+			r = 0;
+		}
+	}
+	pthread_mutex_unlock(&al->lock);
+	return r;
+}
+
+void dmar_alloc_diff(struct dmar_alloc *a, struct dmar_alloc *b, uint64_t *only_a, uint64_t *only_b,
+		     uint64_t *first)
+{
+	uint64_t oa = 0, ob = 0, f = UINT64_MAX;
+	struct dmar_alloc *lo = a < b ? a : b, *hi = a < b ? b : a;
+
+	pthread_mutex_lock(&lo->lock);
+	pthread_mutex_lock(&hi->lock);
+	for (uint64_t i = 0; i < a->ngroups * GROUP_WORDS; i++) {
+		uint64_t x = a->map[i], y = b->map[i];
+		if (x == y)
+			continue;
+		oa += (uint64_t)__builtin_popcountll(x & ~y);
+		ob += (uint64_t)__builtin_popcountll(y & ~x);
+		if (f == UINT64_MAX)
+			f = (i << 6) + (uint64_t)__builtin_ctzll(x ^ y);
+	}
+	pthread_mutex_unlock(&hi->lock);
+	pthread_mutex_unlock(&lo->lock);
+	*only_a = oa;
+	*only_b = ob;
+	*first = f;
+}
+
 uint64_t dmar_alloc_used(struct dmar_alloc *al)
 {
 	pthread_mutex_lock(&al->lock);

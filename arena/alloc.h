@@ -32,6 +32,17 @@ int dmar_alloc_get(struct dmar_alloc *al, uint64_t n, uint64_t *first);
  * wrong length, which the caller must treat as a bug. */
 int dmar_alloc_put(struct dmar_alloc *al, uint64_t first, uint64_t n);
 
+/* Reserve exactly [first, first + n) (rebuilding the map from what is known
+ * to be in use).  0, -EINVAL (n 0 or out of bounds), or -EEXIST (some unit
+ * of it is reserved already; nothing changes). */
+int dmar_alloc_claim(struct dmar_alloc *al, uint64_t first, uint64_t n);
+
+/* Units reserved in a and not in b (*only_a), in b and not in a (*only_b),
+ * and the lowest unit where they differ (*first, UINT64_MAX if none).  a
+ * and b manage the same number of units. */
+void dmar_alloc_diff(struct dmar_alloc *a, struct dmar_alloc *b, uint64_t *only_a, uint64_t *only_b,
+		     uint64_t *first);
+
 uint64_t dmar_alloc_used(struct dmar_alloc *al);  /* units reserved now */
 uint64_t dmar_alloc_units(const struct dmar_alloc *al); /* units managed */
 

@@ -22,11 +22,23 @@
  *      how much the kernel really gave after populate.
  *   3. normal pages, in a memfd.
  * With strict set, a failure to get the requested huge pages is an error
- * (-ENOMEM with a message) instead of a fallback.  The backing is a memfd
- * (dmar_arena_fd()) except for anonymous THP, so a later version can hand
- * it to a restarted daemon, and all references inside the arena are
- * offsets from its base, never pointers.  (A /dev/dmar_arena kernel-module
- * backing slots in as a fourth source.)
+ * (-ENOMEM with a message) instead of a fallback.  All references inside
+ * the arena are offsets from its base, never pointers.  (A /dev/dmar_arena
+ * kernel-module backing slots in as a fourth source.)
+ *
+ * Named arenas.  With opts.name the arena is a file in a memory filesystem
+ * (hugetlbfs for hugetlb pages, tmpfs otherwise: arena/rundir.h) that
+ * outlives the process: a crash, a kill -9 or an OOM kill of the daemon
+ * leaves it, and the next dmar_arena_new of the same name maps the same
+ * memory instead of new memory (dmar_arena_attached() is then true).  Its
+ * first DMAR_ARENA_META_MIN bytes are a superblock (name, size, backing,
+ * the journal's root: journal.h), checked at every attach.  The arena's
+ * allocator and chunk table live in the process, not in the arena: after
+ * an attach they start empty but for the superblock, and the caller
+ * rebuilds them from its journal, claiming what its records say is in use
+ * (dmar_arena_claim, dmar_store_adopt) before it allocates anything.
+ * Without a name the arena is a memfd (or anonymous THP memory) that dies
+ * with the process, with no superblock.
  *
  * Offsets returned by the allocator are relative to dmar_arena_base().
  * All functions are thread-safe unless noted.
@@ -55,16 +67,65 @@ struct dmar_arena_opts {
 	bool strict;        /* fail rather than fall back to a lesser backing */
 	bool populate;      /* fault every page in now (fast first writes, memory
 			     * committed); hugetlb memory is allocated up front anyway */
+	/* Named arenas; ignored when name is NULL. */
+	const char *name;   /* 1..128 of [A-Za-z0-9._@+-], not starting with '.' */
+	bool fresh;         /* discard an arena of that name (unless in use) first */
+	bool keep;          /* recorded for dmar_arena_list: the owner keeps it at exit */
+	const char *owner;  /* recorded for dmar_arena_list: e.g. the mountpoint */
 };
+
+/* Bytes at the start of a named arena that its superblock holds. */
+#define DMAR_ARENA_META_MIN 4096
 
 struct dmar_arena;
 
 /* Returns 0, -EINVAL (size 0 or too large, or a pagesize this machine does
- * not have: err lists the ones it has), -ENOMEM (no memory, or strict and no
- * huge pages: err says which pool was short and by how much), or another
- * -errno from memfd_create/mmap (-EMFILE...).  err may be NULL. */
+ * not have: err lists the ones it has; a bad name), -ENOMEM (no memory, or
+ * strict and no huge pages: err says which pool was short and by how much),
+ * -EBUSY (the named arena is in use by another process), -EUCLEAN (the
+ * named arena's superblock is damaged or of another version: err says
+ * what; nothing is changed), or another -errno from open/memfd_create/mmap
+ * (-EMFILE...).  On attach, o->size and o->pagesize are ignored: the
+ * arena's own stand.  err may be NULL. */
 int dmar_arena_new(struct dmar_arena **out, const struct dmar_arena_opts *o, struct dmar_error *err);
-void dmar_arena_free(struct dmar_arena *a); /* NULL-safe; everything in it is gone */
+/* NULL-safe.  An anonymous arena's memory is gone; a named one's stays
+ * for the next attach unless dmar_arena_remove was called. */
+void dmar_arena_free(struct dmar_arena *a);
+
+/* A named arena that existed before this dmar_arena_new. */
+bool dmar_arena_attached(const struct dmar_arena *a);
+/* The file of a named arena, or NULL. */
+const char *dmar_arena_path(const struct dmar_arena *a);
+/* Remove a named arena's name: its memory is freed at dmar_arena_free
+ * (tmpfs semantics: umount without keep).  0 or -errno. */
+int dmar_arena_remove(struct dmar_arena *a);
+/* After an attach: mark [off, off + len) as in use, as the caller's records
+ * say it is.  0, -EINVAL (not inside the arena, or off not a multiple of
+ * DMAR_ARENA_UNIT), -EEXIST (some of it is claimed already: two owners
+ * of the same bytes, a damaged journal). */
+int dmar_arena_claim(struct dmar_arena *a, uint64_t off, uint64_t len);
+
+/* Every named arena on this machine (rundir.h), in no set order: fn is
+ * called with each; a non-zero return stops the walk and is returned. */
+struct dmar_arena_info {
+	char name[136];
+	char path[4096];
+	bool valid;           /* the superblock checks; else error says why */
+	char error[160];
+	uint64_t size;        /* bytes */
+	uint64_t resident;    /* bytes of memory the file holds now */
+	enum dmar_backing backing;
+	uint64_t pagesize;
+	int64_t created;      /* unix seconds */
+	bool in_use;          /* a process has it attached now */
+	bool keep;            /* its owner keeps it when it exits */
+	int64_t pid;          /* the process that attached it last */
+	int64_t since;        /* when */
+	char owner[256];      /* its dmar_arena_opts.owner */
+};
+int dmar_arena_list(int (*fn)(void *ctx, const struct dmar_arena_info *i), void *ctx);
+/* Free the named arena name: 0, -ENOENT, -EBUSY (in use), -errno; err says. */
+int dmar_arena_drop(const char *name, struct dmar_error *err);
 
 /* These never change after dmar_arena_new. */
 uint8_t *dmar_arena_base(const struct dmar_arena *a);
@@ -143,6 +204,16 @@ int dmar_store_ref_existing(struct dmar_arena *a, const struct dmar_id *id);
  * payload space is released (its bytes may be reused at once).
  * 0 or -ENOENT. */
 int dmar_store_unref(struct dmar_arena *a, const struct dmar_id *id);
+/* After an attach (see above): add one reference to chunk id whose payload
+ * the caller's records put at off (stored_len bytes, enc, decoding to len).
+ * The store takes it where it is, copying and allocating nothing; the
+ * first reference claims the space (as dmar_arena_claim).  If the store
+ * holds id already, the records must agree on where.  0, -EINVAL (bad
+ * enc or lengths, or not inside the arena), -EUCLEAN (another location
+ * for an id held, or space claimed by something else), -ENOMEM,
+ * -EOVERFLOW. */
+int dmar_store_adopt(struct dmar_arena *a, const struct dmar_id *id, uint8_t enc, uint32_t len, uint64_t off,
+		     uint32_t stored_len);
 /* Look a chunk up: 0 and *info, or -ENOENT.  The payload, at
  * dmar_arena_base(a) + info->off, stays valid while the caller holds a
  * reference to the chunk; info->refs is a snapshot. */
@@ -179,5 +250,38 @@ struct dmar_store_stats {
 };
 /* A consistent snapshot of the four counters. */
 void dmar_store_stats(struct dmar_arena *a, struct dmar_store_stats *st);
+/* fn for every chunk held, with the store locked: fn must not call the
+ * store.  For checks, not hot paths. */
+void dmar_store_each(struct dmar_arena *a, void (*fn)(void *ctx, const struct dmar_id *id,
+						       const struct dmar_chunk_info *info),
+		     void *ctx);
+
+/* ---- consistency ---- */
+
+/*
+ * Does the arena's space add up?  The check rebuilds the allocator's map
+ * from the owners of space alone: the superblock, every chunk payload of
+ * the store, and whatever the caller's owners() claims (its raw extents,
+ * its journal's segments...), and compares it with the allocator's.
+ * Space reserved and owned by nobody is leaked; space owned and not
+ * reserved could be handed out twice; space claimed twice has two owners.
+ * The caller keeps the arena still meanwhile (no allocation or release).
+ * 0 when all adds up, -EUCLEAN (rep says what), -ENOMEM.
+ */
+struct dmar_arena_check;
+/* From owners(): [off, off + len) is in use, as `what` ("raw extent"...). */
+void dmar_arena_check_claim(struct dmar_arena_check *c, uint64_t off, uint64_t len, const char *what);
+struct dmar_arena_report {
+	uint64_t used;       /* bytes the allocator has reserved */
+	uint64_t owned;      /* bytes the owners account for (in units) */
+	uint64_t chunks;     /* distinct chunks of the store */
+	uint64_t chunk_bytes; /* their payload bytes (in units) */
+	uint64_t leaked;     /* reserved, owned by nobody */
+	uint64_t unreserved; /* owned, not reserved */
+	uint64_t doubled;    /* claimed by two owners */
+	char problem[200];   /* the first problem found, in words, or "" */
+};
+int dmar_arena_check(struct dmar_arena *a, void (*owners)(void *ctx, struct dmar_arena_check *c), void *ctx,
+		     struct dmar_arena_report *rep);
 
 #endif /* DMAR_ARENA_H */

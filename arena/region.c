@@ -20,9 +20,14 @@
  *            what the kernel actually gave after populate (smaps).
  *  normal    a memfd of base pages.
  *
- * A memfd is preferred wherever it gives the same pages, because a file
- * descriptor can be passed to a restarted daemon (or dma-buf'd) and
- * anonymous memory cannot.
+ * A named region (rundir.h) is a file instead of a memfd, in a hugetlbfs
+ * mount for hugetlb pages and in a tmpfs mount otherwise (ours has
+ * huge=within_size, which gives shmem THP whatever shmem_enabled says short
+ * of "deny", so no anonymous memory is ever needed there): it outlives the
+ * process, and the next open of the name maps the same pages.  Without a
+ * name, a memfd is preferred wherever it gives the same pages, because a
+ * file descriptor can be passed on (or dma-buf'd) and anonymous memory
+ * cannot.
  */
 #include "config.h"
 
@@ -32,12 +37,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/magic.h>
+#include <sys/file.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <hugetlbfs.h>
 
 #include "region.h"
+#include "rundir.h"
 
 #ifndef MFD_NOEXEC_SEAL
 #define MFD_NOEXEC_SEAL 0x0008U
@@ -142,6 +152,43 @@ static int memfd(unsigned flags)
 	return fd < 0 ? -errno : fd;
 }
 
+/* The file of a new named region: unnamed (O_TMPFILE) in the directory of
+ * its backing until dmar_region_publish links it, so that a crash while
+ * it is sized and populated leaves nothing behind; locked from the start. */
+static int named_fd(struct dmar_region *r, const struct dmar_arena_opts *o, uint64_t ps, struct why *why)
+{
+	char dir[PATH_MAX];
+	struct dmar_error e = { 0 };
+	int fd = dmar_rundir_dir(ps, true, dir, &e);
+	if (fd < 0) {
+		why_add(why, "%s", e.msg);
+		return fd;
+	}
+	fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		fd = -errno;
+		why_add(why, "a new file in %s: %s", dir, strerror(-fd));
+		return fd;
+	}
+	if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+		int e2 = -errno;
+		close(fd);
+		return e2;
+	}
+	snprintf(r->path, sizeof(r->path), "%.*s/%s.arena", PATH_MAX - 200, dir, o->name);
+	r->named = true;
+	return fd;
+}
+
+/* Build the page tables of a mapping of pages that exist already (an
+ * attached file): MADV_POPULATE_WRITE leaves the contents alone; a kernel
+ * without it faults them in as they are touched. */
+static void populate_existing(uint8_t *p, uint64_t len)
+{
+	while (madvise(p, len, MADV_POPULATE_WRITE) < 0 && errno == EINTR)
+		;
+}
+
 /* Fault every page in now, so the first write later does not pay for it. */
 static int populate(uint8_t *p, uint64_t len, uint64_t step)
 {
@@ -238,10 +285,15 @@ static int try_hugetlb(struct dmar_region *r, const struct dmar_arena_opts *o, u
 		return -ENOMEM;
 	}
 	size_str(ps, pss, sizeof(pss));
-	fd = memfd(MFD_HUGETLB | ((unsigned)__builtin_ctzll(ps) << MFD_HUGE_SHIFT));
-	if (fd < 0) {
-		why_add(why, "memfd_create for %s huge pages: %s", pss, strerror(-fd));
-		return fd == -ENOMEM ? -ENOMEM : fd;
+	if (o->name) {
+		if ((fd = named_fd(r, o, ps, why)) < 0)
+			return -ENOMEM; /* no hugetlbfs: a lesser backing */
+	} else {
+		fd = memfd(MFD_HUGETLB | ((unsigned)__builtin_ctzll(ps) << MFD_HUGE_SHIFT));
+		if (fd < 0) {
+			why_add(why, "memfd_create for %s huge pages: %s", pss, strerror(-fd));
+			return fd == -ENOMEM ? -ENOMEM : fd;
+		}
 	}
 	if (ftruncate(fd, (off_t)len) < 0) {
 		e = -errno;
@@ -355,12 +407,28 @@ static int try_thp(struct dmar_region *r, const struct dmar_arena_opts *o, uint6
 	int fd = -1, e;
 
 	thp_mode(&m);
-	if (!m.pmd || (!shmem_thp_on(&m) && !anon_thp_on(&m))) {
+	if (o->name) {
+		/* Our tmpfs has huge=within_size: only "deny" or no THP at all
+		 * keeps huge pages away. */
+		if (!m.pmd || !strcmp(m.shmem, "deny")) {
+			why_add(why, "transparent huge pages are off (shmem_enabled=%s)", m.shmem);
+			return -EOPNOTSUPP;
+		}
+		if ((fd = named_fd(r, o, 0, why)) < 0)
+			return fd;
+		if (ftruncate(fd, (off_t)len) < 0 || fallocate(fd, 0, 0, (off_t)len) < 0) {
+			e = -errno;
+			why_add(why, "sizing %s: %s", r->path, strerror(-e));
+			close(fd);
+			return e == -ENOSPC ? -ENOMEM : e;
+		}
+		p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+		*how = "tmpfs huge=within_size";
+	} else if (!m.pmd || (!shmem_thp_on(&m) && !anon_thp_on(&m))) {
 		why_add(why, "transparent huge pages are off (enabled=%s, shmem_enabled=%s)", m.anon,
 			m.shmem);
 		return -EOPNOTSUPP;
-	}
-	if (shmem_thp_on(&m)) {
+	} else if (shmem_thp_on(&m)) {
 		fd = memfd(0);
 		if (fd < 0)
 			return fd;
@@ -399,17 +467,19 @@ static int try_thp(struct dmar_region *r, const struct dmar_arena_opts *o, uint6
 }
 
 static int map_normal(struct dmar_region *r, const struct dmar_arena_opts *o, uint64_t base_ps,
-		      bool no_huge)
+		      bool no_huge, struct why *why)
 {
 	uint64_t len = round_up(o->size, base_ps);
-	int fd = memfd(0), e;
+	int fd = o->name ? named_fd(r, o, 0, why) : memfd(0), e;
 
 	if (fd < 0)
 		return fd;
-	if (ftruncate(fd, (off_t)len) < 0) {
+	/* A file is sized with its pages (fallocate): a tmpfs short of room
+	 * fails here, not with SIGBUS at some later write. */
+	if (ftruncate(fd, (off_t)len) < 0 || (o->name && fallocate(fd, 0, 0, (off_t)len) < 0)) {
 		e = -errno;
 		close(fd);
-		return e;
+		return e == -ENOSPC ? -ENOMEM : e;
 	}
 	void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	if (p == MAP_FAILED) {
@@ -426,6 +496,115 @@ static int map_normal(struct dmar_region *r, const struct dmar_arena_opts *o, ui
 	r->fd = fd;
 	r->backing = DMAR_BACKING_NORMAL;
 	r->pagesize = base_ps;
+	return 0;
+}
+
+struct find {
+	const char *name;
+	char *path;
+};
+
+static int find_in(void *ctx, const char *dir)
+{
+	struct find *f = ctx;
+	struct stat st;
+	snprintf(f->path, PATH_MAX, "%.*s/%s.arena", PATH_MAX - 200, dir, f->name);
+	return stat(f->path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+int dmar_region_find(const char *name, char path[PATH_MAX])
+{
+	struct find f = { .name = name, .path = path };
+	if (!dmar_rundir_name_ok(name))
+		return -EINVAL;
+	return dmar_rundir_each(find_in, &f) == 1 ? 0 : -ENOENT;
+}
+
+/* Map the existing arena file at path; err says why not. */
+static int attach(struct dmar_region *r, const char *path, bool populate, struct dmar_error *err)
+{
+	struct stat st;
+	struct statfs sf;
+	int fd = open(path, O_RDWR | O_CLOEXEC), e;
+	if (fd < 0)
+		return dmar_error_set(err, -errno, "%s: %s", path, strerror(errno));
+	if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+		e = errno == EWOULDBLOCK ? -EBUSY : -errno;
+		close(fd);
+		return dmar_error_set(err, e, "%s: %s", path,
+				      e == -EBUSY ? "in use by another dmarfs (one mount per arena)" : strerror(-e));
+	}
+	if (fstat(fd, &st) < 0 || fstatfs(fd, &sf) < 0) {
+		e = -errno;
+		close(fd);
+		return dmar_error_set(err, e, "%s: %s", path, strerror(-e));
+	}
+	uint64_t base_ps = (uint64_t)sysconf(_SC_PAGESIZE);
+	if (sf.f_type == HUGETLBFS_MAGIC) {
+		r->backing = DMAR_BACKING_HUGETLB;
+		r->pagesize = (uint64_t)sf.f_bsize;
+	} else {
+		/* THP or not is the superblock's to say (arena.c). */
+		r->backing = DMAR_BACKING_NORMAL;
+		r->pagesize = base_ps;
+	}
+	if (st.st_size <= 0 || (uint64_t)st.st_size % r->pagesize) {
+		close(fd);
+		return dmar_error_set(err, -EUCLEAN, "%s: size %lld is not a multiple of its %llu-byte pages", path,
+				      (long long)st.st_size, (unsigned long long)r->pagesize);
+	}
+	void *p = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (p == MAP_FAILED) {
+		e = -errno;
+		close(fd);
+		return dmar_error_set(err, e, "mapping %s: %s", path, strerror(-e));
+	}
+	/* The pages exist: this only builds the page tables, which the first
+	 * touches would otherwise fault in one by one. */
+	if (populate)
+		populate_existing(p, (uint64_t)st.st_size);
+	r->base = p;
+	r->size = (uint64_t)st.st_size;
+	r->fd = fd;
+	r->attached = r->named = r->linked = true;
+	snprintf(r->path, sizeof(r->path), "%s", path);
+	snprintf(r->desc, sizeof(r->desc), "re-attached %.*s", 400, path);
+	return 0;
+}
+
+int dmar_region_publish(struct dmar_region *r)
+{
+	if (!r->named || r->linked)
+		return 0;
+	char self[64];
+	snprintf(self, sizeof(self), "/proc/self/fd/%d", r->fd);
+	if (linkat(AT_FDCWD, self, AT_FDCWD, r->path, AT_SYMLINK_FOLLOW) < 0)
+		return -errno;
+	r->linked = true;
+	return 0;
+}
+
+int dmar_region_unlink(struct dmar_region *r)
+{
+	if (!r->named || !r->linked)
+		return 0;
+	r->linked = false;
+	return unlink(r->path) < 0 ? -errno : 0;
+}
+
+/* Remove the arena file at path unless it is in use. */
+static int remove_unused(const char *path, struct dmar_error *err)
+{
+	int fd = open(path, O_RDWR | O_CLOEXEC);
+	if (fd < 0)
+		return dmar_error_set(err, -errno, "%s: %s", path, strerror(errno));
+	int e = flock(fd, LOCK_EX | LOCK_NB) < 0 ? (errno == EWOULDBLOCK ? -EBUSY : -errno) : 0;
+	if (!e && unlink(path) < 0)
+		e = -errno;
+	close(fd);
+	if (e)
+		return dmar_error_set(err, e, "%s: %s", path,
+				      e == -EBUSY ? "in use by another dmarfs" : strerror(-e));
 	return 0;
 }
 
@@ -448,6 +627,19 @@ int dmar_region_open(struct dmar_region *r, const struct dmar_arena_opts *o,
 	int n, e;
 
 	*r = (struct dmar_region){ .fd = -1 };
+	if (o->name) {
+		char path[PATH_MAX];
+		if (!dmar_rundir_name_ok(o->name))
+			return dmar_error_set(err, -EINVAL,
+					      "arena name '%s': 1 to 128 of A-Z a-z 0-9 . _ @ + -, not starting with '.'",
+					      o->name);
+		if (dmar_region_find(o->name, path) == 0) {
+			if (!o->fresh)
+				return attach(r, path, o->populate, err);
+			if ((e = remove_unused(path, err)) < 0)
+				return e;
+		}
+	}
 	if (o->size > UINT64_MAX - (1ull << 31) || o->size > (uint64_t)PTRDIFF_MAX / 2)
 		return dmar_error_set(err, -EINVAL, "arena size %llu is too large",
 				      (unsigned long long)o->size);
@@ -501,9 +693,9 @@ int dmar_region_open(struct dmar_region *r, const struct dmar_arena_opts *o,
 		if (e != -EOPNOTSUPP && e != -EINVAL)
 			return dmar_error_errno(err, e, "mapping a transparent huge page arena");
 	}
-	e = map_normal(r, o, base_ps, no_huge);
+	e = map_normal(r, o, base_ps, no_huge, &why);
 	if (e < 0)
-		return dmar_error_errno(err, e, "mapping the arena");
+		return dmar_error_set(err, e, "mapping the arena: %s", why.n ? why_last(&why) : strerror(-e));
 
 mapped:
 	if (o->populate && r->backing != DMAR_BACKING_HUGETLB) {
@@ -522,8 +714,8 @@ mapped:
 	size_str(r->pagesize, pss, sizeof(pss));
 	switch (r->backing) {
 	case DMAR_BACKING_HUGETLB:
-		snprintf(what, sizeof(what), "hugetlb %s pages (memfd, %llu preallocated)", pss,
-			 (unsigned long long)(r->size / r->pagesize));
+		snprintf(what, sizeof(what), "hugetlb %s pages (%s, %llu preallocated)", pss,
+			 r->named ? "hugetlbfs file" : "memfd", (unsigned long long)(r->size / r->pagesize));
 		break;
 	case DMAR_BACKING_THP:
 		if (o->populate) {
@@ -539,7 +731,7 @@ mapped:
 		}
 		break;
 	default:
-		snprintf(what, sizeof(what), "normal %s pages (memfd%s)", pss,
+		snprintf(what, sizeof(what), "normal %s pages (%s%s)", pss, r->named ? "tmpfs file" : "memfd",
 			 no_huge ? ", huge pages not asked for" : "");
 		break;
 	}

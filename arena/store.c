@@ -276,6 +276,48 @@ int dmar_store_ref(struct dmar_arena *a, const struct dmar_id *id, uint8_t enc, 
 	return 0;
 }
 
+int dmar_store_adopt(struct dmar_arena *a, const struct dmar_id *id, uint8_t enc, uint32_t len, uint64_t off,
+		     uint32_t stored_len)
+{
+	struct dmar_store *s = a->store;
+	int r;
+
+	if (enc > DMAR_CHUNK_ZSTD_PACK || !len || !stored_len || (enc == DMAR_CHUNK_RAW && stored_len != len) ||
+	    off % DMAR_ARENA_UNIT || off >= a->region.size || stored_len > a->region.size - off)
+		return -EINVAL;
+	pthread_mutex_lock(&s->lock);
+	struct slot *e = find(s, id);
+	if (e) {
+		r = e->off == off && e->stored_len == stored_len && e->len == len && e->enc == enc ? ref_held(s, e)
+											     : -EUCLEAN;
+		pthread_mutex_unlock(&s->lock);
+		return r;
+	}
+	if ((r = reserve_slot(s)) < 0) {
+		pthread_mutex_unlock(&s->lock);
+		return r;
+	}
+	/* Attach runs before anything allocates: nothing races the claim. */
+	r = dmar_arena_claim(a, off, stored_len);
+	if (r < 0) {
+		pthread_mutex_unlock(&s->lock);
+		return r == -EEXIST ? -EUCLEAN : r;
+	}
+	uint64_t i = slot_of(s->key, s->mask, id);
+	while (s->slots[i].refs)
+		i = (i + 1) & s->mask;
+	s->slots[i] = (struct slot){
+		.id = *id, .off = off, .stored_len = stored_len, .len = len, .refs = 1, .enc = enc,
+	};
+	s->count++;
+	s->st.chunks++;
+	s->st.refs++;
+	s->st.stored_bytes += stored_len;
+	s->st.chunk_bytes += len;
+	pthread_mutex_unlock(&s->lock);
+	return 0;
+}
+
 int dmar_store_ref_existing(struct dmar_arena *a, const struct dmar_id *id)
 {
 	struct dmar_store *s = a->store;
@@ -509,6 +551,22 @@ void dmar_store_unref_many(struct dmar_arena *a, const struct dmar_id *ids, size
 {
 	struct unref_walk w = { .a = a, .ids = ids };
 	batch_walk(a->store, ids, n, unref_visit, unref_done, &w);
+}
+
+void dmar_store_each(struct dmar_arena *a, void (*fn)(void *ctx, const struct dmar_id *id,
+						       const struct dmar_chunk_info *info),
+		     void *ctx)
+{
+	struct dmar_store *s = a->store;
+
+	pthread_mutex_lock(&s->lock);
+	for (uint64_t i = 0; i <= s->mask; i++) {
+		if (!s->slots[i].refs)
+			continue;
+		struct dmar_chunk_info ci = info_of(&s->slots[i]);
+		fn(ctx, &s->slots[i].id, &ci);
+	}
+	pthread_mutex_unlock(&s->lock);
 }
 
 void dmar_store_stats(struct dmar_arena *a, struct dmar_store_stats *st)

@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -28,6 +29,7 @@
 #include "alloc.h"
 #include "arena.h"
 #include "hash.h"
+#include "journal.h"
 
 #define KiB (1ull << 10)
 #define MiB (1ull << 20)
@@ -752,6 +754,425 @@ static void test_store_threads(void **state)
 	dmar_arena_free(a);
 }
 
+/* ---- named arenas, the journal ---------------------------------------- */
+
+/* Named arenas of these tests live in a directory of their own on tmpfs
+ * (DMARFS_RUNDIR: nothing is mounted there), removed at the end. */
+static char rundir[128];
+
+static int named_setup(void **state)
+{
+	(void)state;
+	snprintf(rundir, sizeof(rundir), "/dev/shm/dmarfs-test-arena.%d", (int)getpid());
+	setenv("DMARFS_RUNDIR", rundir, 1);
+	return 0;
+}
+
+static int named_teardown(void **state)
+{
+	(void)state;
+	char cmd[256];
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", rundir);
+	return system(cmd) == 0 ? 0 : -1;
+}
+
+static struct dmar_arena *named(const char *name, uint64_t size, bool fresh, int want)
+{
+	struct dmar_arena_opts o = { .size = size, .pagesize = 4096, .name = name, .fresh = fresh, .owner = "/test" };
+	struct dmar_error err = { 0 };
+	struct dmar_arena *a = NULL;
+	int r = dmar_arena_new(&a, &o, &err);
+	if (r != want)
+		fprintf(stderr, "named arena %s: %d %s\n", name, r, err.msg);
+	assert_int_equal(r, want);
+	return a;
+}
+
+struct found {
+	const char *name;
+	int n;
+	struct dmar_arena_info last;
+};
+
+static int count_named(void *ctx, const struct dmar_arena_info *i)
+{
+	struct found *f = ctx;
+	if (!strcmp(i->name, f->name)) {
+		f->n++;
+		f->last = *i;
+	}
+	return 0;
+}
+
+static struct found find_named(const char *name)
+{
+	struct found f = { .name = name };
+	assert_int_equal(dmar_arena_list(count_named, &f), 0);
+	return f;
+}
+
+static void test_named(void **state)
+{
+	(void)state;
+	struct dmar_error err = { 0 };
+	uint64_t off;
+
+	/* A bad name, and an attach of a name that does not exist without
+	 * a size, are refused. */
+	named("../x", MiB, false, -EINVAL);
+	named(".hidden", MiB, false, -EINVAL);
+	named("absent", 0, false, -EINVAL);
+
+	struct dmar_arena *a = named("t1", 4 * MiB, false, 0);
+	assert_false(dmar_arena_attached(a));
+	assert_non_null(dmar_arena_path(a));
+	struct stat st;
+	assert_int_equal(stat(dmar_arena_path(a), &st), 0);
+	assert_int_equal(dmar_arena_size(a), 4 * MiB);
+	/* The superblock is the only space in use. */
+	assert_int_equal(dmar_arena_used(a), DMAR_ARENA_META_MIN);
+	assert_int_equal(dmar_arena_alloc(a, 10000, &off), 0);
+	assert_true(off >= DMAR_ARENA_META_MIN);
+	memset(dmar_arena_base(a) + off, 0x5a, 10000);
+
+	/* One user at a time. */
+	named("t1", 0, false, -EBUSY);
+	struct found f = find_named("t1");
+	assert_int_equal(f.n, 1);
+	assert_true(f.last.valid);
+	assert_true(f.last.in_use);
+	assert_int_equal(f.last.size, 4 * MiB);
+	assert_int_equal(f.last.pid, getpid());
+	assert_string_equal(f.last.owner, "/test");
+	assert_int_equal(dmar_arena_drop("t1", &err), -EBUSY);
+	dmar_arena_free(a);
+
+	/* Attached again: the same bytes, a fresh allocator that knows only
+	 * the superblock until the owner claims what it had. */
+	a = named("t1", 0, false, 0);
+	assert_true(dmar_arena_attached(a));
+	assert_int_equal(dmar_arena_size(a), 4 * MiB);
+	assert_int_equal(dmar_arena_used(a), DMAR_ARENA_META_MIN);
+	for (int i = 0; i < 10000; i++)
+		assert_int_equal(dmar_arena_base(a)[off + i], 0x5a);
+	assert_int_equal(dmar_arena_claim(a, off, 10000), 0);
+	assert_int_equal(dmar_arena_claim(a, off + 512, 10), -EEXIST);
+	assert_int_equal(dmar_arena_claim(a, 0, 10), -EEXIST); /* the superblock */
+	assert_int_equal(dmar_arena_claim(a, off + 1, 10), -EINVAL);
+	assert_int_equal(dmar_arena_claim(a, 4 * MiB, 512), -EINVAL);
+	dmar_arena_free(a);
+
+	/* A damaged superblock is refused with a reason, the file kept. */
+	char path[4096];
+	snprintf(path, sizeof(path), "%s/shm/t1.arena", rundir);
+	FILE *fp = fopen(path, "r+");
+	assert_non_null(fp);
+	fseek(fp, 20, SEEK_SET);
+	fputc(0xff, fp);
+	fclose(fp);
+	struct dmar_arena_opts o = { .name = "t1" };
+	memset(&err, 0, sizeof(err));
+	assert_int_equal(dmar_arena_new(&a, &o, &err), -EUCLEAN);
+	assert_non_null(strstr(err.msg, "checksum"));
+	f = find_named("t1");
+	assert_int_equal(f.n, 1);
+	assert_false(f.last.valid);
+
+	/* fresh replaces it; remove takes the name away. */
+	a = named("t1", 2 * MiB, true, 0);
+	assert_false(dmar_arena_attached(a));
+	assert_int_equal(dmar_arena_size(a), 2 * MiB);
+	assert_int_equal(dmar_arena_remove(a), 0);
+	assert_int_equal(find_named("t1").n, 0);
+	dmar_arena_free(a);
+	named("t1", 0, false, -EINVAL);
+
+	/* drop frees an arena not in use. */
+	a = named("t2", MiB, false, 0);
+	dmar_arena_free(a);
+	assert_int_equal(find_named("t2").n, 1);
+	assert_int_equal(dmar_arena_drop("t2", &err), 0);
+	assert_int_equal(find_named("t2").n, 0);
+	assert_int_equal(dmar_arena_drop("t2", &err), -ENOENT);
+}
+
+/* Record i of the journal tests: i's size and bytes follow from i. */
+static size_t rec_fill(uint8_t *buf, uint64_t i)
+{
+	uint64_t s = i * 0x9e3779b97f4a7c15ull + 1;
+	size_t n = 1 + (size_t)(xorshift64(&s) % (i % 50 == 0 ? 200000 : 700));
+	for (size_t k = 0; k < n; k++)
+		buf[k] = (uint8_t)xorshift64(&s);
+	return n;
+}
+
+struct replayed {
+	uint64_t n, first, next_seq;
+	bool bad;
+};
+
+static int rec_check(void *ctx, uint64_t seq, const void *rec, size_t len)
+{
+	struct replayed *r = ctx;
+	static uint8_t want[200001];
+	uint64_t i = r->first + r->n;
+	size_t n = rec_fill(want, i);
+	if (n != len || memcmp(want, rec, len))
+		r->bad = true;
+	if (r->n && seq != r->next_seq)
+		r->bad = true;
+	r->next_seq = seq + 1;
+	r->n++;
+	return 0;
+}
+
+static void append_recs(struct dmar_journal *j, uint64_t from, uint64_t to)
+{
+	static uint8_t buf[200001];
+	for (uint64_t i = from; i < to; i++) {
+		size_t n = rec_fill(buf, i);
+		/* In two pieces, as callers build records. */
+		struct iovec iov[2] = { { buf, n / 3 }, { buf + n / 3, n - n / 3 } };
+		assert_int_equal(dmar_journal_append(j, iov, 2, false), 0);
+	}
+}
+
+static struct dmar_journal *journal_of(struct dmar_arena *a, struct replayed *rp)
+{
+	struct dmar_journal *j = NULL;
+	struct dmar_error err = { 0 };
+	assert_int_equal(dmar_journal_open(&j, a, &err), 0);
+	if (dmar_arena_attached(a)) {
+		int r = dmar_journal_replay(j, rec_check, rp, &err);
+		if (r)
+			fprintf(stderr, "replay: %s\n", err.msg);
+		assert_int_equal(r, 0);
+		assert_false(rp->bad);
+	}
+	return j;
+}
+
+static void claim_seg(void *ctx, uint64_t off, uint64_t len)
+{
+	dmar_arena_check_claim(ctx, off, len, "journal segment");
+}
+
+static void journal_owners(void *ctx, struct dmar_arena_check *c)
+{
+	dmar_journal_each_segment(ctx, claim_seg, c);
+}
+
+static void assert_adds_up(struct dmar_arena *a, struct dmar_journal *j)
+{
+	struct dmar_arena_report rep;
+	int r = dmar_arena_check(a, journal_owners, j, &rep);
+	if (r)
+		fprintf(stderr, "check: %s\n", rep.problem);
+	assert_int_equal(r, 0);
+	assert_int_equal(rep.used, rep.owned);
+}
+
+static void test_journal(void **state)
+{
+	(void)state;
+	struct dmar_arena *a = named("j1", 16 * MiB, false, 0);
+	struct replayed rp = { 0 };
+	struct dmar_journal *j = journal_of(a, &rp);
+	struct dmar_journal_stats st;
+	struct dmar_error err = { 0 };
+
+	assert_int_equal(dmar_journal_append(j, NULL, 0, false), -EINVAL);
+	append_recs(j, 0, 300);
+	dmar_journal_stats(j, &st);
+	assert_int_equal(st.records, 300);
+	assert_true(st.segments >= 2);
+	assert_adds_up(a, j);
+	dmar_journal_free(j);
+	dmar_arena_free(a);
+
+	/* Every record back, in order; then more after them. */
+	a = named("j1", 0, false, 0);
+	rp = (struct replayed){ 0 };
+	j = journal_of(a, &rp);
+	assert_int_equal(rp.n, 300);
+	/* The spare is made at the first append, not by replay. */
+	append_recs(j, 300, 400);
+	assert_adds_up(a, j);
+	dmar_journal_free(j);
+	dmar_arena_free(a);
+
+	/* A torn last record (a process killed while writing it) ends the
+	 * log before it; the next append writes over it. */
+	a = named("j1", 0, false, 0);
+	rp = (struct replayed){ 0 };
+	j = journal_of(a, &rp);
+	assert_int_equal(rp.n, 400);
+	uint64_t used = dmar_arena_used(a);
+	uint8_t *base = dmar_arena_base(a);
+	static uint8_t buf[200001];
+	size_t n = rec_fill(buf, 400);
+	assert_int_equal(dmar_journal_append(j, &(struct iovec){ buf, n }, 1, false), 0);
+	dmar_journal_free(j);
+	/* Find the record just written by its bytes and tear it. */
+	uint8_t *hit = memmem(base, dmar_arena_size(a), buf, n);
+	assert_non_null(hit);
+	hit[n / 2] ^= 1;
+	dmar_arena_free(a);
+	a = named("j1", 0, false, 0);
+	rp = (struct replayed){ 0 };
+	j = journal_of(a, &rp);
+	assert_int_equal(rp.n, 400);
+	append_recs(j, 400, 410);
+	dmar_journal_free(j);
+	dmar_arena_free(a);
+	a = named("j1", 0, false, 0);
+	rp = (struct replayed){ 0 };
+	j = journal_of(a, &rp);
+	assert_int_equal(rp.n, 410);
+
+	/* A rewrite: replay sees the old log until the commit, then only
+	 * the new one, and the old log's space comes back. */
+	append_recs(j, 410, 411);
+	used = dmar_arena_used(a);
+	assert_int_equal(dmar_journal_rewrite_begin(j), 0);
+	assert_int_equal(dmar_journal_rewrite_begin(j), -EINVAL);
+	append_recs(j, 420, 430);
+	dmar_journal_rewrite_abort(j);
+	assert_int_equal(dmar_arena_used(a), used);
+	append_recs(j, 411, 412); /* the old log goes on where it was */
+	assert_int_equal(dmar_journal_rewrite_begin(j), 0);
+	append_recs(j, 1000, 1010);
+	dmar_journal_free(j); /* a crash before the commit */
+	dmar_arena_free(a);
+	a = named("j1", 0, false, 0);
+	rp = (struct replayed){ 0 };
+	j = journal_of(a, &rp);
+	assert_int_equal(rp.n, 412);
+	append_recs(j, 412, 413);
+	struct dmar_journal_stats st0;
+	dmar_journal_stats(j, &st0);
+	used = dmar_arena_used(a);
+	assert_int_equal(dmar_journal_rewrite_begin(j), 0);
+	append_recs(j, 1000, 1010);
+	dmar_journal_rewrite_commit(j);
+	dmar_journal_stats(j, &st);
+	assert_int_equal(st.records, 10);
+	assert_int_equal(st.rewrites, 1);
+	/* The old log's segments went back: what is used is the new log's. */
+	assert_int_equal(dmar_arena_used(a), used - st0.bytes + st.bytes);
+	append_recs(j, 1010, 1020);
+	assert_adds_up(a, j);
+	dmar_journal_free(j);
+	dmar_arena_free(a);
+	a = named("j1", 0, false, 0);
+	rp = (struct replayed){ .first = 1000 };
+	j = journal_of(a, &rp);
+	assert_int_equal(rp.n, 20);
+	(void)used;
+
+	/* An empty rewrite: an empty log, which takes appends again. */
+	assert_int_equal(dmar_journal_rewrite_begin(j), 0);
+	dmar_journal_rewrite_commit(j);
+	dmar_journal_free(j);
+	dmar_arena_free(a);
+	a = named("j1", 0, false, 0);
+	rp = (struct replayed){ .first = 2000 };
+	j = journal_of(a, &rp);
+	assert_int_equal(rp.n, 0);
+	append_recs(j, 2000, 2005);
+	dmar_journal_free(j);
+	dmar_arena_free(a);
+	a = named("j1", 0, false, 0);
+	rp = (struct replayed){ .first = 2000 };
+	j = journal_of(a, &rp);
+	assert_int_equal(rp.n, 5);
+
+	/* A full arena: plain appends fail, must appends use the spare. */
+	uint64_t off;
+	while (dmar_arena_alloc(a, 64 * KiB, &off) == 0)
+		;
+	while (dmar_arena_alloc(a, DMAR_ARENA_UNIT, &off) == 0)
+		;
+	static uint8_t big[200000];
+	int r = 0, k = 0;
+	for (; k < 1000 && (r = dmar_journal_append(j, &(struct iovec){ big, sizeof(big) }, 1, false)) == 0; k++)
+		;
+	assert_int_equal(r, -ENOSPC);
+	assert_int_equal(dmar_journal_append(j, &(struct iovec){ big, 1000 }, 1, true), 0);
+	dmar_journal_free(j);
+
+	/* A damaged segment header is reported, not followed. */
+	dmar_arena_free(a);
+	a = named("j1", 0, false, 0);
+	assert_int_equal(dmar_journal_open(&j, a, &err), 0);
+	/* The first segment follows the superblock. */
+	dmar_arena_base(a)[DMAR_ARENA_META_MIN + 3] ^= 0xff;
+	assert_int_equal(dmar_journal_replay(j, NULL, NULL, &err), -EUCLEAN);
+	assert_non_null(strstr(err.msg, "damaged"));
+	dmar_journal_free(j);
+	assert_int_equal(dmar_arena_remove(a), 0);
+	dmar_arena_free(a);
+}
+
+static void test_store_adopt(void **state)
+{
+	(void)state;
+	enum { N = 200 };
+	struct dmar_arena *a = named("s1", 8 * MiB, false, 0);
+	static uint8_t buf[4000];
+	struct dmar_id ids[N];
+	struct dmar_chunk_info ci[N], c2;
+	for (int i = 0; i < N; i++) {
+		make_chunk(buf, 100 + (size_t)i * 17, (uint64_t)i + 7, &ids[i]);
+		assert_int_equal(dmar_store_ref(a, &ids[i], DMAR_CHUNK_RAW, 100 + (uint32_t)i * 17, buf,
+						100 + (uint32_t)i * 17, NULL),
+				 0);
+		assert_int_equal(dmar_store_lookup(a, &ids[i], &ci[i]), 0);
+	}
+	uint64_t used = dmar_arena_used(a);
+	dmar_arena_free(a);
+
+	a = named("s1", 0, false, 0);
+	for (int i = 0; i < N; i++) {
+		/* Twice: the second only counts a reference. */
+		for (int t = 0; t < 2; t++)
+			assert_int_equal(dmar_store_adopt(a, &ids[i], ci[i].enc, ci[i].len, ci[i].off, ci[i].stored_len),
+					 0);
+		assert_int_equal(dmar_store_lookup(a, &ids[i], &c2), 0);
+		assert_int_equal(c2.off, ci[i].off);
+		assert_int_equal(c2.refs, 2);
+		struct dmar_id id;
+		dmar_hash(dmar_arena_base(a) + c2.off, c2.stored_len, &id);
+		assert_memory_equal(&id, &ids[i], sizeof(id));
+	}
+	assert_int_equal(dmar_arena_used(a), used);
+	/* Records that disagree on where a chunk is, or put two in one
+	 * place, are damage. */
+	assert_int_equal(dmar_store_adopt(a, &ids[0], ci[0].enc, ci[0].len, ci[1].off, ci[0].stored_len), -EUCLEAN);
+	struct dmar_id other;
+	make_chunk(buf, 100, 999, &other);
+	assert_int_equal(dmar_store_adopt(a, &other, DMAR_CHUNK_RAW, 100, ci[5].off, 100), -EUCLEAN);
+	assert_int_equal(dmar_store_adopt(a, &other, DMAR_CHUNK_RAW, 100, dmar_arena_size(a), 100), -EINVAL);
+	assert_int_equal(dmar_store_adopt(a, &other, DMAR_CHUNK_RAW, 100, 7, 100), -EINVAL);
+	struct dmar_arena_report rep;
+	assert_int_equal(dmar_arena_check(a, NULL, NULL, &rep), 0);
+	assert_int_equal(rep.chunks, N);
+
+	/* The check finds space nobody owns, and space two owners claim. */
+	uint64_t off;
+	assert_int_equal(dmar_arena_alloc(a, 3000, &off), 0);
+	assert_int_equal(dmar_arena_check(a, NULL, NULL, &rep), -EUCLEAN);
+	assert_int_equal(rep.leaked, 6 * DMAR_ARENA_UNIT);
+	assert_non_null(strstr(rep.problem, "leaked"));
+	dmar_arena_release(a, off, 3000);
+	for (int i = 0; i < N; i++)
+		for (int t = 0; t < 2; t++)
+			assert_int_equal(dmar_store_unref(a, &ids[i]), 0);
+	assert_int_equal(dmar_arena_used(a), DMAR_ARENA_META_MIN);
+	assert_int_equal(dmar_arena_remove(a), 0);
+	dmar_arena_free(a);
+}
+
 /* An optional argument runs only the tests matching it (a glob). */
 int main(int argc, char **argv)
 {
@@ -772,6 +1193,9 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_store_batches),
 		cmocka_unit_test(test_store_many),
 		cmocka_unit_test(test_store_threads),
+		cmocka_unit_test_setup_teardown(test_named, named_setup, named_teardown),
+		cmocka_unit_test_setup_teardown(test_journal, named_setup, named_teardown),
+		cmocka_unit_test_setup_teardown(test_store_adopt, named_setup, named_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

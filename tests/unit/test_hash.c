@@ -27,6 +27,7 @@
 
 #include "prng.h"
 
+#include "crc32c.h"
 #include "hash.h"
 
 static void assert_id_hex(const struct dmar_id *id, const char *want)
@@ -64,6 +65,27 @@ static void test_known_answers(void **state)
 	dmar_hash(a, 1000000, &id);
 	assert_id_hex(&id, SHA_MILLION_A);
 	free(a);
+}
+
+/* CRC-32C (the journal's record check): the check value of the
+ * Castagnoli polynomial, both engines, and continuation over pieces. */
+static void test_crc32c(void **state)
+{
+	(void)state;
+	const char *nine = "123456789";
+	assert_int_equal(dmar_crc32c(0, nine, 9), 0xe3069283u);
+	assert_int_equal(dmar_crc32c_table(0, nine, 9), 0xe3069283u);
+	assert_int_equal(dmar_crc32c(0, "", 0), 0);
+	static uint8_t buf[10007];
+	uint64_t s = 42;
+	for (size_t i = 0; i < sizeof(buf); i++)
+		buf[i] = (uint8_t)xorshift64(&s);
+	uint32_t whole = dmar_crc32c(0, buf, sizeof(buf));
+	assert_int_equal(dmar_crc32c_table(0, buf, sizeof(buf)), whole);
+	for (size_t cut = 0; cut < sizeof(buf); cut += 1237)
+		assert_int_equal(dmar_crc32c(dmar_crc32c(0, buf, cut), buf + cut, sizeof(buf) - cut), whole);
+	buf[5000] ^= 1;
+	assert_int_not_equal(dmar_crc32c(0, buf, sizeof(buf)), whole);
 }
 
 static void test_incremental_known(void **state)
@@ -736,6 +758,7 @@ int main(int argc, char **argv)
 		cmocka_set_test_filter(argv[1]);
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_known_answers),
+		cmocka_unit_test(test_crc32c),
 		cmocka_unit_test(test_incremental_known),
 		cmocka_unit_test(test_incremental_equals_oneshot),
 		cmocka_unit_test(test_known_answers_batch),
