@@ -152,6 +152,13 @@ int dmar_arena_new(struct dmar_arena **out, const struct dmar_arena_opts *o, str
 		r = dmar_store_create(&a->store);
 	if (r == 0 && a->sb)
 		r = dmar_arena_claim(a, 0, DMAR_SB_BYTES);
+	if (a->sb) {
+		uint64_t keep = a->region.size / 64;
+		keep = keep < (256u << 10) ? 256u << 10 : keep > (64u << 20) ? 64u << 20 : keep;
+		if (keep > a->region.size / 4)
+			keep = a->region.size / 4;
+		a->reserve_units = keep / DMAR_ARENA_UNIT;
+	}
 	if (r < 0) {
 		dmar_arena_free(a);
 		return dmar_error_errno(err, r, "arena metadata");
@@ -226,20 +233,38 @@ uint64_t dmar_arena_huge_bytes(const struct dmar_arena *a)
 	return dmar_region_huge_bytes(&a->region);
 }
 
-int dmar_arena_alloc(struct dmar_arena *a, uint64_t len, uint64_t *off)
+static int alloc_units(struct dmar_arena *a, uint64_t len, uint64_t *off, uint64_t keep)
 {
-	uint64_t u;
+	uint64_t u, n = (len + DMAR_ARENA_UNIT - 1) / DMAR_ARENA_UNIT;
 	int r;
 
 	if (!len)
 		return -EINVAL;
 	if (len > a->region.size)
 		return -ENOSPC;
-	r = dmar_alloc_get(a->alloc, (len + DMAR_ARENA_UNIT - 1) / DMAR_ARENA_UNIT, &u);
+	/* Soft: two racing callers may both pass; the reserve is a margin. */
+	if (keep && dmar_alloc_used(a->alloc) + n + keep > dmar_alloc_units(a->alloc))
+		return -ENOSPC;
+	r = dmar_alloc_get(a->alloc, n, &u);
 	if (r < 0)
 		return r;
 	*off = u * DMAR_ARENA_UNIT;
 	return 0;
+}
+
+int dmar_arena_alloc(struct dmar_arena *a, uint64_t len, uint64_t *off)
+{
+	return alloc_units(a, len, off, a->reserve_units);
+}
+
+int dmar_arena_alloc_meta(struct dmar_arena *a, uint64_t len, uint64_t *off)
+{
+	return alloc_units(a, len, off, 0);
+}
+
+uint64_t dmar_arena_reserve(const struct dmar_arena *a)
+{
+	return a->reserve_units * DMAR_ARENA_UNIT;
 }
 
 void dmar_arena_release(struct dmar_arena *a, uint64_t off, uint64_t len)

@@ -162,6 +162,14 @@ uint64_t dmar_arena_huge_bytes(const struct dmar_arena *a);
  * Fast when the arena has room; worst case reads the whole bitmap (32 KiB
  * per GiB of arena). */
 int dmar_arena_alloc(struct dmar_arena *a, uint64_t len, uint64_t *off);
+/* The same for the arena's own metadata (a named arena's journal): may
+ * use the last DMAR_ARENA_META_RESERVE bytes (dmar_arena_reserve), which
+ * dmar_arena_alloc leaves alone, so that records of what the data does --
+ * a close, a removal -- find room when the data has filled the arena. */
+int dmar_arena_alloc_meta(struct dmar_arena *a, uint64_t len, uint64_t *off);
+/* Bytes kept back for metadata: 0 for an anonymous arena, else 1/64 of
+ * the size, at least 256 KiB and at most 64 MiB. */
+uint64_t dmar_arena_reserve(const struct dmar_arena *a);
 /* Give back a reservation made with exactly this (off, len); len 0 does
  * nothing.  Releasing what is not reserved (a double release, a wrong len)
  * is a caller bug that would hand the same bytes to two owners, so it

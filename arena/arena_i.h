@@ -73,6 +73,7 @@ struct dmar_arena {
 	struct dmar_alloc *alloc;  /* locks itself */
 	struct dmar_store *store;  /* locks itself */
 	struct dmar_sb *sb;        /* named arenas: at the base; NULL otherwise */
+	uint64_t reserve_units;    /* kept back for dmar_arena_alloc_meta */
 };
 
 /* The chunk table of an arena: 0 or -ENOMEM. */

@@ -250,9 +250,9 @@ out:
 static int seg_new(struct dmar_journal *j, uint64_t need, bool must, uint64_t *off)
 {
 	uint64_t min = pad8(SEG_HDR + need + REC_HDR), size = j->next_size > min ? j->next_size : min;
-	int r = dmar_arena_alloc(j->a, size, off);
+	int r = dmar_arena_alloc_meta(j->a, size, off);
 	if (r == -ENOSPC && size > min)
-		r = dmar_arena_alloc(j->a, size = min, off);
+		r = dmar_arena_alloc_meta(j->a, size = min, off);
 	if (r == -ENOSPC && must && j->spare_len >= min) {
 		*off = j->spare;
 		size = j->spare_len;
@@ -274,7 +274,7 @@ static int seg_new(struct dmar_journal *j, uint64_t need, bool must, uint64_t *o
 /* Keep a segment back for must appends; quietly none in a full arena. */
 static void spare_refill(struct dmar_journal *j)
 {
-	if (j->spare_len || dmar_arena_alloc(j->a, SEG_FIRST, &j->spare) < 0)
+	if (j->spare_len || dmar_arena_alloc_meta(j->a, SEG_FIRST, &j->spare) < 0)
 		return;
 	j->spare_len = SEG_FIRST;
 }

@@ -20,6 +20,9 @@ struct dmar_extent {
 	uint64_t off, len;   /* logical range [off, off+len) */
 	uint8_t kind;
 	uint8_t enc;         /* CHUNK: payload encoding */
+	uint8_t durable;     /* RAW: a durable state may show this allocation (its
+			      * space goes to the pending list, not back to the
+			      * arena, until the next sync) */
 	uint32_t skip;       /* CHUNK: first byte of the chunk this extent shows;
 			      * RAW: bytes of the allocation before the first one
 			      * (< DMAR_ARENA_UNIT: left by encode_commit's trim) */
@@ -52,10 +55,14 @@ static uint8_t *raw_ptr(struct dmar_fsctx *c, const struct dmar_extent *e)
 	return dmar_arena_base(c->arena) + e->aoff + e->skip;
 }
 
-static void ext_drop(struct dmar_fsctx *c, struct dmar_extent *e)
+static void raw_release(struct dmar_file *f, struct dmar_fsctx *c, uint64_t off, uint64_t len, bool durable);
+static void changed(struct dmar_file *f, uint64_t lo, uint64_t hi);
+
+/* Give back what extent e of f (NULL: of a table, which has no RAW) holds. */
+static void ext_drop(struct dmar_file *f, struct dmar_fsctx *c, struct dmar_extent *e)
 {
 	if (e->kind == EXT_RAW)
-		dmar_arena_release(c->arena, e->aoff, e->acap);
+		raw_release(f, c, e->aoff, e->acap, e->durable);
 	else if (e->kind == EXT_CHUNK)
 		dmar_store_unref(c->arena, &e->id);
 	e->kind = EXT_HOLE;
@@ -63,7 +70,7 @@ static void ext_drop(struct dmar_fsctx *c, struct dmar_extent *e)
 
 /* Drop n extents: the chunk references in one batch (a 1 GiB file holds
  * 32768); one by one if there is no memory for the list. */
-static void drop_all(struct dmar_fsctx *c, struct dmar_extent *ext, size_t n)
+static void drop_all(struct dmar_file *f, struct dmar_fsctx *c, struct dmar_extent *ext, size_t n)
 {
 	struct dmar_id *ids = n > 1 ? malloc(n * sizeof(*ids)) : NULL;
 	size_t nids = 0;
@@ -72,7 +79,7 @@ static void drop_all(struct dmar_fsctx *c, struct dmar_extent *ext, size_t n)
 			ids[nids++] = ext[i].id;
 			ext[i].kind = EXT_HOLE;
 		} else {
-			ext_drop(c, &ext[i]);
+			ext_drop(f, c, &ext[i]);
 		}
 	}
 	if (nids)
@@ -197,7 +204,7 @@ static void tab_put(struct dmar_xtab *t, struct dmar_fsctx *c)
 	pthread_mutex_lock(&tab_mu);
 	index_remove(t);
 	pthread_mutex_unlock(&tab_mu);
-	drop_all(c, t->ext, t->n);
+	drop_all(NULL, c, t->ext, t->n);
 	free(t->ext);
 	free(t);
 }
@@ -337,20 +344,31 @@ int dmar_file_from_content(struct dmar_file *f, struct dmar_fsctx *c, const stru
 		return -ENOENT;
 	dmar_file_clear(f, c);
 	show_tab(f, t);
+	changed(f, 0, f->size);
 	return 0;
 }
 
-void dmar_file_clear(struct dmar_file *f, struct dmar_fsctx *c)
+/* Drop f's extents, leaving an empty file (its durability kept). */
+static void clear_extents(struct dmar_file *f, struct dmar_fsctx *c)
 {
 	if (f->tab)
 		tab_put(f->tab, c);
 	else {
-		drop_all(c, f->ext, f->n);
+		drop_all(f, c, f->ext, f->n);
 		free(f->ext);
 	}
-	uint64_t gen = f->gen;
-	dmar_file_init(f);
-	f->gen = gen + 1;
+	f->tab = NULL;
+	f->ext = NULL;
+	f->n = f->cap = 0;
+	f->size = 0;
+	f->dirty = false;
+	f->gen++;
+}
+
+void dmar_file_clear(struct dmar_file *f, struct dmar_fsctx *c)
+{
+	changed(f, 0, f->size);
+	clear_extents(f, c);
 }
 
 /* Make room for need extents in a growable array (doubling). */
@@ -430,10 +448,13 @@ static int split_at(struct dmar_file *f, struct dmar_fsctx *c, uint64_t off)
 		t.aoff = a;
 		t.acap = t.len;
 		t.skip = 0;
+		t.durable = 0;
+		/* The tail moved to its own allocation. */
+		changed(f, off, off + t.len);
 	}
 	int r = reserve(f, 1);
 	if (r < 0) {
-		ext_drop(c, &t);
+		ext_drop(f, c, &t);
 		return r;
 	}
 	f->ext[i].len = head;
@@ -613,6 +634,7 @@ static int append_hole(struct dmar_file *f, uint64_t len)
 {
 	if (!len)
 		return 0;
+	changed(f, f->size, f->size + len);
 	if (f->n && f->ext[f->n - 1].kind == EXT_HOLE) {
 		f->ext[f->n - 1].len += len;
 	} else {
@@ -652,6 +674,8 @@ static int make_raw(struct dmar_file *f, struct dmar_fsctx *c, size_t i)
 	e->aoff = a;
 	e->acap = e->len;
 	e->skip = 0;
+	e->durable = 0;
+	changed(f, e->off, e->off + e->len);
 	return 0;
 }
 
@@ -660,6 +684,7 @@ static int make_raw(struct dmar_file *f, struct dmar_fsctx *c, size_t i)
 static int append_space(struct dmar_file *f, struct dmar_fsctx *c, size_t len)
 {
 	struct dmar_extent *last = f->n ? &f->ext[f->n - 1] : NULL;
+	changed(f, f->size, f->size + len);
 	if (last && last->kind == EXT_RAW && last->acap - last->skip - last->len >= len) {
 		last->len += len;
 		f->size += len;
@@ -729,6 +754,7 @@ int dmar_file_write_with(struct dmar_file *f, struct dmar_fsctx *c, uint64_t off
 		pos = f->ext[i].off + f->ext[i].len;
 	}
 	f->dirty = true;
+	changed(f, off, end);
 	for (uint64_t pos = off; pos < end;) {
 		struct dmar_extent *e = &f->ext[find(f, pos)];
 		uint64_t in = pos - e->off;
@@ -760,6 +786,7 @@ int dmar_file_truncate(struct dmar_file *f, struct dmar_fsctx *c, uint64_t size)
 		return r;
 	if (size > f->size)
 		return append_hole(f, size - f->size);
+	changed(f, size, f->size);
 	size_t i = find(f, size);
 	struct dmar_extent *e = &f->ext[i];
 	size_t first_gone = i + 1;
@@ -768,7 +795,7 @@ int dmar_file_truncate(struct dmar_file *f, struct dmar_fsctx *c, uint64_t size)
 	else
 		e->len = size - e->off; /* a RAW extent keeps its allocation */
 	for (size_t k = first_gone; k < f->n; k++)
-		ext_drop(c, &f->ext[k]);
+		ext_drop(f, c, &f->ext[k]);
 	f->n = first_gone;
 	f->size = size;
 	return 0;
@@ -788,7 +815,8 @@ int dmar_file_punch(struct dmar_file *f, struct dmar_fsctx *c, uint64_t off, uin
 		return r;
 	size_t i = find(f, off), j = i;
 	while (j < f->n && f->ext[j].off < end)
-		ext_drop(c, &f->ext[j++]);
+		ext_drop(f, c, &f->ext[j++]);
+	changed(f, off, end);
 	struct dmar_extent h = { .off = off, .len = end - off, .kind = EXT_HOLE };
 	remove_at(f, i, j - i);
 	insert_at(f, i, &h, 1);
@@ -1046,11 +1074,11 @@ int dmar_file_encode_prepare(const struct dmar_file *f, struct dmar_fsctx *c, st
  * allocations at once: the caller holds the exclusive lock, so no reader
  * of this file holds a pointer into it (readers reply under the shared
  * lock), and no other file ever pointed at it. */
-static void raw_trim_head(struct dmar_fsctx *c, struct dmar_extent *e, uint64_t h)
+static void raw_trim_head(struct dmar_file *f, struct dmar_fsctx *c, struct dmar_extent *e, uint64_t h)
 {
 	uint64_t from = e->skip + h;
 	uint64_t give = from / DMAR_ARENA_UNIT * DMAR_ARENA_UNIT;
-	dmar_arena_release(c->arena, e->aoff, give);
+	raw_release(f, c, e->aoff, give, e->durable);
 	e->aoff += give;
 	e->acap -= give;
 	e->skip = (uint32_t)(from - give);
@@ -1076,10 +1104,15 @@ int dmar_file_encode_commit(struct dmar_file *f, struct dmar_fsctx *c, struct dm
 	/* RAW extents [i, j) lie wholly before the step's end and go; the
 	 * one the end falls inside (if any) loses its head. */
 	size_t i = p->i, j = i;
+	/* The step's range, and the extent whose head it takes, change. */
+	uint64_t lo = f->ext[i].off, hi = p->end;
 	while (j < f->n && f->ext[j].off + f->ext[j].len <= p->end)
-		ext_drop(c, &f->ext[j++]);
-	if (j < f->n && f->ext[j].off < p->end)
-		raw_trim_head(c, &f->ext[j], p->end - f->ext[j].off);
+		ext_drop(f, c, &f->ext[j++]);
+	if (j < f->n && f->ext[j].off < p->end) {
+		hi = f->ext[j].off + f->ext[j].len;
+		raw_trim_head(f, c, &f->ext[j], p->end - f->ext[j].off);
+	}
+	changed(f, lo, hi);
 	remove_at(f, i, j - i);
 	insert_at(f, i, p->out, p->nout);
 	bool raw = false;
@@ -1114,8 +1147,6 @@ ssize_t dmar_file_share(struct dmar_file *dst, struct dmar_file *src, struct dma
 	if (len > src->size - soff)
 		len = src->size - soff;
 	int r;
-	if (src->dirty && c->encode != DMAR_ENCODE_NONE && (r = dmar_file_encode(src, c)) < 0)
-		return r;
 	if (doff == 0 && soff == 0 && len == src->size && dst->size == 0 && !dst->tab) {
 		/* All of src into an empty file: share src's table. */
 		struct dmar_xtab *t;
@@ -1123,11 +1154,12 @@ ssize_t dmar_file_share(struct dmar_file *dst, struct dmar_file *src, struct dma
 			atomic_fetch_add(&t->refs, 1);
 			dmar_file_clear(dst, c);
 			show_tab(dst, t);
+			changed(dst, 0, dst->size);
 			return (ssize_t)len;
 		}
 		if (r != -EAGAIN)
 			return r;
-		/* RAW extents (encode=none): copied below. */
+		/* RAW extents: copied below. */
 	}
 	if ((r = own(dst, c)) < 0)
 		return r;
@@ -1150,6 +1182,7 @@ ssize_t dmar_file_share(struct dmar_file *dst, struct dmar_file *src, struct dma
 		struct dmar_extent x = *e;
 		x.off = doff + done;
 		x.len = n;
+		x.durable = 0;
 		if (e->kind == EXT_CHUNK) {
 			ids[nids++] = e->id;
 			x.skip = e->skip + (uint32_t)in;
@@ -1161,7 +1194,8 @@ ssize_t dmar_file_share(struct dmar_file *dst, struct dmar_file *src, struct dma
 	}
 	if ((r = dmar_store_ref_all(c->arena, ids, nids, info)) < 0)
 		goto fail_early;
-	/* RAW extents (only with encode=none): the bytes are copied. */
+	/* RAW extents (encode=none, or written since the caller encoded src):
+	 * the bytes are copied. */
 	size_t m = 0;
 	for (; m < nt; m++) {
 		struct dmar_extent *x = &tmp[m];
@@ -1180,7 +1214,7 @@ ssize_t dmar_file_share(struct dmar_file *dst, struct dmar_file *src, struct dma
 		/* Chunks all referenced; RAW copies made only before m. */
 		for (size_t k = 0; k < nt; k++)
 			if (tmp[k].kind == EXT_CHUNK || k < m)
-				ext_drop(c, &tmp[k]);
+				ext_drop(dst, c, &tmp[k]);
 		goto fail_early;
 	}
 	free(ids);
@@ -1196,16 +1230,17 @@ ssize_t dmar_file_share(struct dmar_file *dst, struct dmar_file *src, struct dma
 		goto fail;
 	size_t i = doff < dst->size ? find(dst, doff) : dst->n, j = i;
 	while (j < dst->n && dst->ext[j].off < end)
-		ext_drop(c, &dst->ext[j++]);
+		ext_drop(dst, c, &dst->ext[j++]);
 	remove_at(dst, i, j - i);
 	insert_at(dst, i, tmp, nt);
 	if (end > dst->size)
 		dst->size = end;
+	changed(dst, doff, end);
 	free(tmp);
 	return (ssize_t)len;
 fail:
 	for (size_t k = 0; k < nt; k++)
-		ext_drop(c, &tmp[k]);
+		ext_drop(dst, c, &tmp[k]);
 fail_early:
 	free(tmp);
 	free(ids);
@@ -1354,12 +1389,15 @@ int dmar_file_from_recipe(struct dmar_file *f, struct dmar_fsctx *c, const struc
 		goto fail;
 	free(miss);
 	dmar_file_clear(f, c);
-	nf.gen = f->gen + 1;
-	*f = nf;
+	f->ext = nf.ext;
+	f->n = nf.n;
+	f->cap = nf.cap;
+	f->size = nf.size;
+	changed(f, 0, f->size);
 	return 0;
 fail:
 	for (size_t i = 0; i < nf.n; i++)
-		ext_drop(c, &nf.ext[i]);
+		ext_drop(NULL, c, &nf.ext[i]);
 	free(nf.ext);
 	if (r2 == -ENODATA && missing) {
 		*missing = miss;
@@ -1418,4 +1456,509 @@ int dmar_fsctx_chunk_put(struct dmar_fsctx *c, const struct dmar_wire_chunk *w, 
 	if (c->encode == DMAR_ENCODE_ZSTD && w->enc == DMAR_WIRE_ZSTD && w->len <= c->chunker.max)
 		return dmar_store_ref(c->arena, &w->id, DMAR_CHUNK_ZSTD, w->len, w->payload, w->stored, NULL);
 	return store_ref_policy(c, &w->id, decoded, w->len);
+}
+
+/* --- durability ---------------------------------------------------------- */
+
+struct range {
+	uint64_t off, len;
+};
+
+/* A state the journal may show: the chunk references it holds. */
+struct dstate {
+	struct dmar_xtab *tab; /* its extents as one table: one reference */
+	struct dmar_id *ids;   /* or the chunks it shows: a reference each */
+	size_t nids;
+	struct dstate *next;   /* older */
+};
+
+struct dmar_dur {
+	struct dstate *states; /* newest first */
+	struct range *pending; /* RAW space the live file gave back */
+	size_t npending, cap;
+	bool synced;           /* a sync was recorded: the changes since are tracked */
+};
+
+struct dmar_file_sync {
+	struct dstate *st;
+	struct range *detached; /* the pending space when the sync began */
+	size_t ndetached;
+	uint64_t chg[DMAR_FILE_CHG_MAX][2]; /* f's changes, put back if not recorded */
+	unsigned nchg;
+	unsigned nr;
+	struct {
+		uint64_t lo, hi;
+		size_t first, n;
+	} r[DMAR_FILE_CHG_MAX];
+};
+
+/* Widen the ranges changed since the last sync by [lo, hi): sorted,
+ * disjoint, at most DMAR_FILE_CHG_MAX (the two nearest merge). */
+static void changed(struct dmar_file *f, uint64_t lo, uint64_t hi)
+{
+	if (hi <= lo)
+		return;
+	unsigned n = f->nchg, k = 0;
+	uint64_t (*c)[2] = f->chg;
+	while (k < n && c[k][1] < lo)
+		k++;
+	unsigned j = k;
+	while (j < n && c[j][0] <= hi) {
+		lo = c[j][0] < lo ? c[j][0] : lo;
+		hi = c[j][1] > hi ? c[j][1] : hi;
+		j++;
+	}
+	/* [k, j) merge into one at k. */
+	if (j == k) {
+		if (n == DMAR_FILE_CHG_MAX) {
+			/* Full: merge the closest neighbours (the new range
+			 * counted among them) until there is room. */
+			uint64_t tmp[DMAR_FILE_CHG_MAX + 1][2];
+			memcpy(tmp, c, k * sizeof(c[0]));
+			tmp[k][0] = lo;
+			tmp[k][1] = hi;
+			memcpy(tmp + k + 1, c + k, (n - k) * sizeof(c[0]));
+			unsigned best = 0;
+			for (unsigned i = 1; i < n; i++)
+				if (tmp[i + 1][0] - tmp[i][1] < tmp[best + 1][0] - tmp[best][1])
+					best = i;
+			tmp[best][1] = tmp[best + 1][1];
+			memmove(tmp + best + 1, tmp + best + 2, (n - best - 1) * sizeof(tmp[0]));
+			memcpy(c, tmp, n * sizeof(c[0]));
+			return;
+		}
+		memmove(c + k + 1, c + k, (n - k) * sizeof(c[0]));
+		f->nchg = n + 1;
+	} else if (j > k + 1) {
+		memmove(c + k + 1, c + j, (n - j) * sizeof(c[0]));
+		f->nchg = n - (j - k - 1);
+	}
+	c[k][0] = lo;
+	c[k][1] = hi;
+}
+
+/* Space a RAW extent gave back.  If a durable state may show it, it waits
+ * in the pending list for the next sync; with no memory for that, it is
+ * kept for good (a leak the check reports, never reuse under a state). */
+static void raw_release(struct dmar_file *f, struct dmar_fsctx *c, uint64_t off, uint64_t len, bool durable)
+{
+	if (!len)
+		return;
+	if (!durable || !f || !f->dur) {
+		dmar_arena_release(c->arena, off, len);
+		return;
+	}
+	struct dmar_dur *d = f->dur;
+	if (d->npending == d->cap) {
+		size_t cap = d->cap ? 2 * d->cap : 16;
+		struct range *p = realloc(d->pending, cap * sizeof(*p));
+		if (!p)
+			return;
+		d->pending = p;
+		d->cap = cap;
+	}
+	d->pending[d->npending++] = (struct range){ off, len };
+}
+
+static void release_ranges(struct dmar_fsctx *c, struct range *r, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		dmar_arena_release(c->arena, r[i].off, r[i].len);
+	free(r);
+}
+
+static void dstate_drop(struct dstate *st, struct dmar_fsctx *c)
+{
+	while (st) {
+		struct dstate *next = st->next;
+		if (st->tab)
+			tab_put(st->tab, c);
+		else if (st->nids)
+			dmar_store_unref_many(c->arena, st->ids, st->nids);
+		free(st->ids);
+		free(st);
+		st = next;
+	}
+}
+
+void dmar_file_destroy(struct dmar_file *f, struct dmar_fsctx *c)
+{
+	clear_extents(f, c);
+	if (f->dur) {
+		dstate_drop(f->dur->states, c);
+		release_ranges(c, f->dur->pending, f->dur->npending);
+		free(f->dur);
+	}
+	uint64_t gen = f->gen;
+	dmar_file_init(f);
+	f->gen = gen + 1;
+}
+
+/* The state f shows now, with its own references: f's table (made of f's
+ * extents if it has no RAW one), or its chunk ids. */
+static int dstate_new(struct dmar_file *f, struct dmar_fsctx *c, struct dstate **out)
+{
+	struct dstate *st = calloc(1, sizeof(*st));
+	if (!st)
+		return -ENOMEM;
+	struct dmar_xtab *t;
+	int r = tab_of(f, &t);
+	if (r == 0) {
+		atomic_fetch_add(&t->refs, 1);
+		st->tab = t;
+	} else if (r == -EAGAIN) {
+		size_t n = 0;
+		for (size_t i = 0; i < f->n; i++)
+			n += f->ext[i].kind == EXT_CHUNK;
+		st->ids = malloc((n ? n : 1) * sizeof(*st->ids));
+		struct dmar_chunk_info *info = malloc((n ? n : 1) * sizeof(*info));
+		r = st->ids && info ? 0 : -ENOMEM;
+		for (size_t i = 0; !r && i < f->n; i++)
+			if (f->ext[i].kind == EXT_CHUNK)
+				st->ids[st->nids++] = f->ext[i].id;
+		/* f holds each of them: none can be missing. */
+		if (!r && (r = dmar_store_ref_all(c->arena, st->ids, st->nids, info)) < 0)
+			r = -EIO;
+		free(info);
+		if (r < 0)
+			st->nids = 0;
+	}
+	if (r < 0) {
+		free(st->ids);
+		free(st);
+		return r;
+	}
+	for (size_t i = 0; !f->tab && i < f->n; i++)
+		if (f->ext[i].kind == EXT_RAW)
+			f->ext[i].durable = 1;
+	*out = st;
+	return 0;
+}
+
+bool dmar_file_sync_needed(const struct dmar_file *f)
+{
+	return !f->dur || !f->dur->synced || f->nchg;
+}
+
+int dmar_file_sync_begin(struct dmar_file *f, struct dmar_fsctx *c, bool full, struct dmar_file_sync **out)
+{
+	if (!f->dur && !(f->dur = calloc(1, sizeof(*f->dur))))
+		return -ENOMEM;
+	struct dmar_file_sync *s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	int r = dstate_new(f, c, &s->st);
+	if (r < 0) {
+		free(s);
+		return r;
+	}
+	full = full || !f->dur->synced;
+	uint64_t ranges[DMAR_FILE_CHG_MAX][2];
+	unsigned nin = 0;
+	if (full) {
+		ranges[nin][0] = 0;
+		ranges[nin++][1] = f->size;
+	} else {
+		memcpy(ranges, f->chg, f->nchg * sizeof(f->chg[0]));
+		nin = f->nchg;
+	}
+	/* Whole extents, clipped to the size; ranges that come to overlap
+	 * once widened merge. */
+	for (unsigned k = 0; k < nin; k++) {
+		uint64_t lo = ranges[k][0], hi = ranges[k][1] < f->size ? ranges[k][1] : f->size;
+		if (lo >= hi) {
+			if (!(full && f->size == 0))
+				continue;
+		}
+		size_t a = 0, b = 0;
+		if (lo < hi) {
+			a = find(f, lo);
+			b = find(f, hi - 1) + 1;
+			lo = f->ext[a].off;
+			hi = f->ext[b - 1].off + f->ext[b - 1].len;
+		}
+		if (s->nr && s->r[s->nr - 1].hi >= lo && lo < hi) {
+			size_t first = s->r[s->nr - 1].first;
+			s->r[s->nr - 1].hi = hi > s->r[s->nr - 1].hi ? hi : s->r[s->nr - 1].hi;
+			s->r[s->nr - 1].n = b > first + s->r[s->nr - 1].n ? b - first : s->r[s->nr - 1].n;
+			continue;
+		}
+		s->r[s->nr].lo = lo;
+		s->r[s->nr].hi = hi;
+		s->r[s->nr].first = a;
+		s->r[s->nr].n = b - a;
+		s->nr++;
+	}
+	memcpy(s->chg, f->chg, sizeof(f->chg));
+	s->nchg = f->nchg;
+	f->nchg = 0;
+	s->detached = f->dur->pending;
+	s->ndetached = f->dur->npending;
+	f->dur->pending = NULL;
+	f->dur->npending = f->dur->cap = 0;
+	*out = s;
+	return 0;
+}
+
+unsigned dmar_file_sync_ranges(const struct dmar_file_sync *s)
+{
+	return s->nr;
+}
+
+void dmar_file_sync_range(const struct dmar_file_sync *s, unsigned k, uint64_t *lo, uint64_t *hi, size_t *first,
+			  size_t *n)
+{
+	*lo = s->r[k].lo;
+	*hi = s->r[k].hi;
+	*first = s->r[k].first;
+	*n = s->r[k].n;
+}
+
+void dmar_file_sync_ext(const struct dmar_file *f, size_t i, struct dmar_rext *x)
+{
+	const struct dmar_extent *e = &f->ext[i];
+	*x = (struct dmar_rext){ .len = e->len, .skip = e->skip };
+	if (e->kind == EXT_RAW) {
+		x->kind = DMAR_REXT_RAW;
+		x->aoff = e->aoff;
+		x->acap = e->acap;
+	} else if (e->kind == EXT_CHUNK) {
+		x->kind = DMAR_REXT_CHUNK;
+		x->enc = e->enc;
+		x->aoff = e->aoff;
+		x->clen = e->clen;
+		x->stored = e->stored;
+		x->id = e->id;
+	} else {
+		x->kind = DMAR_REXT_HOLE;
+		x->skip = 0;
+	}
+}
+
+void dmar_file_sync_end(struct dmar_file *f, struct dmar_fsctx *c, struct dmar_file_sync *s, bool recorded)
+{
+	struct dmar_dur *d = f->dur;
+	if (recorded) {
+		dstate_drop(d->states, c);
+		d->states = s->st;
+		d->synced = true;
+		release_ranges(c, s->detached, s->ndetached);
+	} else {
+		/* Nothing recorded: every state may still be the journal's,
+		 * every pending range still shown by one. */
+		s->st->next = d->states;
+		d->states = s->st;
+		for (size_t i = 0; i < s->ndetached; i++)
+			raw_release(f, c, s->detached[i].off, s->detached[i].len, true);
+		free(s->detached);
+		for (unsigned k = 0; k < s->nchg; k++)
+			changed(f, s->chg[k][0], s->chg[k][1]);
+	}
+	free(s);
+}
+
+/* --- replay -------------------------------------------------------------- */
+
+/* Replay's split: bookkeeping only (a RAW piece after the cut shows the
+ * same allocation further in; activation gives it its own). */
+static int rsplit(struct dmar_file *f, uint64_t off)
+{
+	if (off == 0 || off >= f->size)
+		return 0;
+	size_t i = find(f, off);
+	struct dmar_extent *e = &f->ext[i];
+	if (e->off == off)
+		return 0;
+	uint64_t head = off - e->off;
+	struct dmar_extent t = *e;
+	t.off = off;
+	t.len = e->len - head;
+	if (e->kind != EXT_HOLE) {
+		if ((uint64_t)e->skip + head > UINT32_MAX)
+			return -EINVAL;
+		t.skip = e->skip + (uint32_t)head;
+	}
+	int r = reserve(f, 1);
+	if (r < 0)
+		return r;
+	f->ext[i].len = head;
+	insert_at(f, i + 1, &t, 1);
+	return 0;
+}
+
+int dmar_file_replay(struct dmar_file *f, uint64_t size, uint64_t lo, uint64_t hi, const struct dmar_rext *x,
+		     size_t n)
+{
+	uint64_t sum = 0;
+	if (lo > hi || hi > size)
+		return -EINVAL;
+	for (size_t i = 0; i < n; i++) {
+		if (!x[i].len || x[i].kind > DMAR_REXT_CHUNK || x[i].len > UINT64_MAX - sum)
+			return -EINVAL;
+		sum += x[i].len;
+	}
+	if (sum != hi - lo)
+		return -EINVAL;
+	int r;
+	/* The size first: cut or grown by a hole. */
+	if (size < f->size) {
+		if ((r = rsplit(f, size)) < 0)
+			return r;
+		size_t k = size ? find(f, size - 1) + 1 : 0;
+		f->n = k;
+		f->size = size;
+	} else if (size > f->size && (r = append_hole(f, size - f->size)) < 0) {
+		return r;
+	}
+	if (lo == hi)
+		return 0;
+	if ((r = reserve(f, n + 2)) < 0 || (r = rsplit(f, lo)) < 0 || (r = rsplit(f, hi)) < 0)
+		return r;
+	size_t a = find(f, lo), b = a;
+	while (b < f->n && f->ext[b].off < hi)
+		b++;
+	remove_at(f, a, b - a);
+	if ((r = reserve(f, n)) < 0)
+		return r;
+	uint64_t at = lo;
+	for (size_t i = 0; i < n; i++) {
+		struct dmar_extent e = { .off = at, .len = x[i].len };
+		if (x[i].kind == DMAR_REXT_RAW) {
+			if (x[i].skip >= x[i].acap || x[i].len > x[i].acap - x[i].skip)
+				return -EINVAL;
+			e.kind = EXT_RAW;
+			e.aoff = x[i].aoff;
+			e.acap = x[i].acap;
+			e.skip = x[i].skip;
+		} else if (x[i].kind == DMAR_REXT_CHUNK) {
+			if ((uint64_t)x[i].skip + x[i].len > x[i].clen)
+				return -EINVAL;
+			e.kind = EXT_CHUNK;
+			e.enc = x[i].enc;
+			e.skip = x[i].skip;
+			e.clen = x[i].clen;
+			e.stored = x[i].stored;
+			e.aoff = x[i].aoff;
+			e.id = x[i].id;
+		}
+		insert_at(f, a + i, &e, 1);
+		at += x[i].len;
+	}
+	return 0;
+}
+
+void dmar_file_forget(struct dmar_file *f)
+{
+	if (!f->tab)
+		free(f->ext);
+	uint64_t gen = f->gen;
+	dmar_file_init(f);
+	f->gen = gen + 1;
+}
+
+static int cmp_aoff(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return (x > y) - (x < y);
+}
+
+int dmar_file_activate(struct dmar_file *f, struct dmar_fsctx *c)
+{
+	int r = 0;
+	f->nchg = 0;
+	f->gen++;
+	/* RAW pieces of one allocation: the first claims it, the others are
+	 * marked (durable 2) for dmar_file_activate_copies. */
+	size_t nraw = 0;
+	for (size_t i = 0; i < f->n; i++)
+		nraw += f->ext[i].kind == EXT_RAW;
+	uint64_t *seen = nraw ? malloc(nraw * sizeof(*seen)) : NULL;
+	if (nraw && !seen)
+		return -ENOMEM;
+	size_t nseen = 0;
+	for (size_t i = 0; i < f->n && !r; i++) {
+		struct dmar_extent *e = &f->ext[i];
+		if (e->kind == EXT_CHUNK) {
+			r = dmar_store_adopt(c->arena, &e->id, e->enc, e->clen, e->aoff, e->stored);
+		} else if (e->kind == EXT_RAW) {
+			e->durable = 1;
+			if (nseen && bsearch(&e->aoff, seen, nseen, sizeof(*seen), cmp_aoff)) {
+				e->durable = 2;
+				continue;
+			}
+			r = dmar_arena_claim(c->arena, e->aoff, e->acap);
+			if (r == -EEXIST)
+				r = -EUCLEAN;
+			seen[nseen++] = e->aoff;
+			qsort(seen, nseen, sizeof(*seen), cmp_aoff);
+		}
+		if (!r)
+			f->dirty |= e->kind == EXT_RAW;
+	}
+	free(seen);
+	if (r < 0)
+		return r;
+	if (!f->dur && !(f->dur = calloc(1, sizeof(*f->dur))))
+		return -ENOMEM;
+	struct dstate *st;
+	if ((r = dstate_new(f, c, &st)) < 0)
+		return r;
+	st->next = f->dur->states;
+	f->dur->states = st;
+	f->dur->synced = true;
+	return 0;
+}
+
+int dmar_file_activate_copies(struct dmar_file *f, struct dmar_fsctx *c)
+{
+	for (size_t i = 0; !f->tab && i < f->n; i++) {
+		struct dmar_extent *e = &f->ext[i];
+		if (e->kind != EXT_RAW || e->durable != 2)
+			continue;
+		uint64_t a;
+		int r = dmar_arena_alloc(c->arena, e->len, &a);
+		if (r < 0)
+			return r;
+		memcpy(dmar_arena_base(c->arena) + a, raw_ptr(c, e), e->len);
+		e->aoff = a;
+		e->acap = e->len;
+		e->skip = 0;
+		e->durable = 0;
+		changed(f, e->off, e->off + e->len);
+	}
+	return 0;
+}
+
+/* --- checks -------------------------------------------------------------- */
+
+void dmar_file_refs(const struct dmar_file *f, const struct dmar_file_refs *r)
+{
+	if (f->tab) {
+		r->table(r->ctx, f->tab);
+	} else {
+		for (size_t i = 0; i < f->n; i++) {
+			const struct dmar_extent *e = &f->ext[i];
+			if (e->kind == EXT_RAW)
+				r->raw(r->ctx, e->aoff, e->acap);
+			else if (e->kind == EXT_CHUNK)
+				r->chunk(r->ctx, &e->id);
+		}
+	}
+	if (!f->dur)
+		return;
+	for (size_t i = 0; i < f->dur->npending; i++)
+		r->raw(r->ctx, f->dur->pending[i].off, f->dur->pending[i].len);
+	for (const struct dstate *st = f->dur->states; st; st = st->next) {
+		if (st->tab)
+			r->table(r->ctx, st->tab);
+		for (size_t i = 0; i < st->nids; i++)
+			r->chunk(r->ctx, &st->ids[i]);
+	}
+}
+
+void dmar_file_table_ids(const struct dmar_xtab *t, void (*fn)(void *ctx, const struct dmar_id *id), void *ctx)
+{
+	for (size_t i = 0; i < t->n; i++)
+		if (t->ext[i].kind == EXT_CHUNK)
+			fn(ctx, &t->ext[i].id);
 }

@@ -51,6 +51,11 @@ struct dmar_fsctx {
 
 struct dmar_extent;
 struct dmar_xtab;
+struct dmar_dur;
+
+/* Ranges changed since the last sync a file tracks before it merges the
+ * nearest two (a sync records the extents of each: see below). */
+#define DMAR_FILE_CHG_MAX 8
 
 struct dmar_file {
 	uint64_t size;
@@ -69,11 +74,20 @@ struct dmar_file {
 	 * files of the same content (n as ext, cap 0); the file's first
 	 * change copies it (copy on write).  See dmar_file_share. */
 	struct dmar_xtab *tab;
+	/* Durability: the states the journal may show, and RAW space they
+	 * may reference (NULL until the first sync); the ranges changed
+	 * since the last sync, sorted and disjoint. */
+	struct dmar_dur *dur;
+	uint64_t chg[DMAR_FILE_CHG_MAX][2];
+	unsigned nchg;
 };
 
 void dmar_file_init(struct dmar_file *f);
-/* Drop every extent (references, allocations). */
+/* Drop every extent (references, allocations): an empty file. */
 void dmar_file_clear(struct dmar_file *f, struct dmar_fsctx *c);
+/* Drop everything, the durable states too (the file is gone from the
+ * journal): f is as after dmar_file_init. */
+void dmar_file_destroy(struct dmar_file *f, struct dmar_fsctx *c);
 
 /* Read up to len bytes at off without copying: fills up to max iovecs
  * pointing into the arena (valid while the caller holds the inode lock and
@@ -95,11 +109,12 @@ int dmar_file_truncate(struct dmar_file *f, struct dmar_fsctx *c, uint64_t size)
 int dmar_file_allocate(struct dmar_file *f, struct dmar_fsctx *c, uint64_t off, uint64_t len, bool keep_size);
 /* Make [off, off+len) a hole, freeing what it held (size unchanged). */
 int dmar_file_punch(struct dmar_file *f, struct dmar_fsctx *c, uint64_t off, uint64_t len);
-/* Make dst's [doff, doff+len) share src's [soff, soff+len) (which is
- * encoded first if dirty): no bytes are copied for encoded data.  Returns
- * the bytes copied (less than len at src's EOF) or -errno.  A copy of all
- * of an encoded src into an empty dst (cp of a whole file) shares src's
- * extent table itself: one reference, whatever the file's size. */
+/* Make dst's [doff, doff+len) share src's [soff, soff+len): no bytes are
+ * copied for encoded data, RAW bytes are (so encode src first: the caller
+ * can sync between encode steps, file.c cannot).  Returns the bytes
+ * copied (less than len at src's EOF) or -errno.  A copy of all of an
+ * encoded src into an empty dst (cp of a whole file) shares src's extent
+ * table itself: one reference, whatever the file's size. */
 ssize_t dmar_file_share(struct dmar_file *dst, struct dmar_file *src, struct dmar_fsctx *c, uint64_t doff,
 			uint64_t soff, uint64_t len);
 /* Encode all RAW extents into chunks (step by step, as below). */
@@ -140,6 +155,84 @@ int dmar_file_fallocate(struct dmar_file *f, struct dmar_fsctx *c, int mode, int
 /* lseek(2) with SEEK_DATA or SEEK_HOLE (else -EINVAL): *out, or -ENXIO
  * for a negative off or one at or past the end. */
 int dmar_file_lseek(const struct dmar_file *f, int64_t off, int whence, uint64_t *out);
+
+/*
+ * ---- durability: what the journal says a file holds ----
+ *
+ * A sync records a file's state in the journal (dmarfs/persist.c): the
+ * extents of the ranges changed since the last sync, as they are now.
+ * Until the next sync the recorded state is what a crash brings back, so
+ * everything it shows must stay where it is:
+ *  - its chunks: the state holds a reference on each (one reference on
+ *    the file's extent table when the file has no RAW extent, which
+ *    costs nothing until the file's next change copies the table);
+ *  - its RAW allocations: the live file may write into them in place (a
+ *    crash then shows those bytes new or old, as a disk does for a block
+ *    written since the last fsync), but space it gives back goes to a
+ *    pending list instead of the arena.
+ * A sync whose record is in the journal drops the states before it and
+ * releases what was pending when it began.
+ */
+struct dmar_file_sync;
+/* An extent as a record shows it (kind DMAR_REXT_*). */
+enum { DMAR_REXT_HOLE = 0, DMAR_REXT_RAW = 1, DMAR_REXT_CHUNK = 2 };
+struct dmar_rext {
+	uint64_t len;
+	uint8_t kind;
+	uint8_t enc;        /* CHUNK: enum dmar_chunk_enc */
+	uint32_t skip;      /* CHUNK: first byte of the chunk shown; RAW: of the allocation */
+	uint64_t aoff;      /* RAW: allocation; CHUNK: payload */
+	uint64_t acap;      /* RAW: allocation bytes */
+	uint32_t clen;      /* CHUNK: chunk bytes */
+	uint32_t stored;    /* CHUNK: payload bytes */
+	struct dmar_id id;  /* CHUNK */
+};
+/* Begin a sync of f (held exclusively until dmar_file_sync_end): full
+ * records all of f, else only the ranges changed since the last sync (all
+ * of f at its first).  0 and *out, -ENOMEM.  Then the record: */
+int dmar_file_sync_begin(struct dmar_file *f, struct dmar_fsctx *c, bool full, struct dmar_file_sync **out);
+/* Whether anything changed since the last sync (a first sync always). */
+bool dmar_file_sync_needed(const struct dmar_file *f);
+/* The k-th range to record (k < count): [*lo, *hi) and its extents, in
+ * order, by index [*first, *first + *n) for dmar_file_sync_ext. */
+unsigned dmar_file_sync_ranges(const struct dmar_file_sync *s);
+void dmar_file_sync_range(const struct dmar_file_sync *s, unsigned k, uint64_t *lo, uint64_t *hi, size_t *first,
+			  size_t *n);
+void dmar_file_sync_ext(const struct dmar_file *f, size_t i, struct dmar_rext *x);
+/* End it: with recorded (the record is in the journal) the older states
+ * go and the pending space is released; without, everything is kept for
+ * the next sync.  f held exclusively; frees s. */
+void dmar_file_sync_end(struct dmar_file *f, struct dmar_fsctx *c, struct dmar_file_sync *s, bool recorded);
+
+/* Replay (an attached arena, nothing allocated yet): set f's size, then
+ * make [lo, hi) the n extents x (lo <= hi <= size, their lengths adding up
+ * to hi - lo).  Only bookkeeping: no reference taken, no space claimed.
+ * 0, -EINVAL (a record that does not add up), -ENOMEM. */
+int dmar_file_replay(struct dmar_file *f, uint64_t size, uint64_t lo, uint64_t hi, const struct dmar_rext *x,
+		     size_t n);
+/* Replay: forget f's extents (nothing of them was claimed). */
+void dmar_file_forget(struct dmar_file *f);
+/* After replay: claim what f shows (adopting its chunks into the store,
+ * its RAW allocations in the arena) and make it f's durable state.
+ * -EUCLEAN (two owners of the same bytes, a chunk in two places), -EINVAL
+ * (an extent outside the arena), -ENOMEM.  Then, once every file is
+ * activated, dmar_file_activate_copies: RAW pieces that replay left
+ * sharing one allocation each get their own. */
+int dmar_file_activate(struct dmar_file *f, struct dmar_fsctx *c);
+int dmar_file_activate_copies(struct dmar_file *f, struct dmar_fsctx *c);
+
+/* For consistency checks (f held): every reference f holds.  raw: arena
+ * space it owns; chunk: a chunk reference it holds itself; table: an
+ * extent table it holds a reference on (its chunk references are the
+ * table's: dmar_file_table_ids). */
+struct dmar_file_refs {
+	void (*raw)(void *ctx, uint64_t off, uint64_t len);
+	void (*chunk)(void *ctx, const struct dmar_id *id);
+	void (*table)(void *ctx, const struct dmar_xtab *t);
+	void *ctx;
+};
+void dmar_file_refs(const struct dmar_file *f, const struct dmar_file_refs *r);
+void dmar_file_table_ids(const struct dmar_xtab *t, void (*fn)(void *ctx, const struct dmar_id *id), void *ctx);
 
 /* ---- recipes: what a node ships (net/wire.h) ---- */
 

@@ -2,12 +2,12 @@
 /*
  * The FUSE low-level operations, shaped like libfuse's passthrough_ll:
  * a fuse_ino_t is the address of our struct inode (the root is
- * FUSE_ROOT_ID), and the kernel's lookup count keeps it alive.
- *
- * Locking: fs->ns (a mutex) protects the namespace (directory entries,
- * nlink, nlookup, inode counts); each inode's rwlock protects its
- * attributes and contents.  Namespace operations take fs->ns, then at most
- * the inode locks they change; data operations take only the inode lock.
+ * FUSE_ROOT_ID), and the kernel's lookup count keeps it alive.  Changes
+ * to names and attributes are thin shells over the namespace (ns.h);
+ * data operations (read, write, the encode at close) are here, over a
+ * file's contents (file.h), and end in a sync (persist.h) where the
+ * durability promise says so: at every close (FLUSH: close(2) waits for
+ * it), fsync, and the idle encode.  Locking is ns.h's.
  */
 #include "config.h"
 
@@ -26,6 +26,7 @@
 
 #include "dir.h"
 #include "fs_i.h"
+#include "persist.h"
 
 static struct dmarfs *FS(fuse_req_t req)
 {
@@ -42,214 +43,47 @@ static fuse_ino_t NODEID(struct dmarfs *fs, struct inode *i)
 	return i == fs->root ? FUSE_ROOT_ID : (fuse_ino_t)(uintptr_t)i;
 }
 
-struct timespec fs_now(void)
+/* The entry of i, whose lookup reference the caller took for the kernel. */
+static void fill_entry(struct dmarfs *fs, struct inode *i, struct fuse_entry_param *e)
 {
-	struct timespec t;
-	clock_gettime(CLOCK_REALTIME, &t);
-	return t;
-}
-
-/* ---- inodes ------------------------------------------------------------ */
-
-/* Called with fs->ns held. */
-struct inode *fs_inode_new(struct dmarfs *fs, mode_t mode, uid_t uid, gid_t gid)
-{
-	if (fs->inodes >= fs->cfg.nr_inodes)
-		return NULL;
-	struct inode *i = calloc(1, sizeof(*i));
-	if (!i)
-		return NULL;
-	pthread_rwlock_init(&i->lock, NULL);
-	i->kind = INODE_LOCAL;
-	i->st_ino = fs->next_ino++;
-	i->mode = mode;
-	i->uid = uid;
-	i->gid = gid;
-	i->atime = i->mtime = i->ctime = fs_now();
-	dmar_dir_init(&i->dir, 3); /* cookies 1 and 2 are "." and ".." */
-	dmar_file_init(&i->f);
-	fs->inodes++;
-	i->all_next = fs->all;
-	if (fs->all)
-		fs->all->all_prev = i;
-	fs->all = i;
-	return i;
-}
-
-/* Take i off fs->all (it goes to the grave).  ns held. */
-static void all_unlink(struct dmarfs *fs, struct inode *i)
-{
-	if (i->all_prev)
-		i->all_prev->all_next = i->all_next;
-	else
-		fs->all = i->all_next;
-	if (i->all_next)
-		i->all_next->all_prev = i->all_prev;
-	i->all_prev = i->all_next = NULL;
-}
-
-/* Inodes kept after their last reference (fs_inode_maybe_free), newest
- * first; the oldest half is freed when there are more than this. */
-#define GRAVE_MAX 4096
-
-static void inode_destroy(struct dmarfs *fs, struct inode *i);
-
-static void bury_half(struct dmarfs *fs)
-{
-	struct inode *i = fs->grave;
-	for (size_t k = 1; i && k < GRAVE_MAX / 2; k++)
-		i = i->idle_next;
-	if (!i)
-		return;
-	struct inode *old = i->idle_next;
-	i->idle_next = NULL;
-	while (old) {
-		struct inode *n = old->idle_next;
-		fs->inodes++; /* inode_destroy counts it down again */
-		inode_destroy(fs, old);
-		fs->ngrave--;
-		old = n;
-	}
-}
-
-static void inode_destroy(struct dmarfs *fs, struct inode *i)
-{
-	if (fs->all == i || i->all_prev) /* not yet in the grave */
-		all_unlink(fs, i);
-	dmar_file_clear(&i->f, &fs->cfg.ctx);
-	for (size_t k = 0; k < i->nxa; k++) {
-		free(i->xa[k].name);
-		free(i->xa[k].value);
-	}
-	free(i->xa);
-	dmar_dir_clear(&i->dir);
-	free(i->target);
-	pthread_rwlock_destroy(&i->lock);
-	free(i);
-	fs->inodes--;
-}
-
-/* An inode goes when no name and no kernel reference is left (an unlinked
- * file stays readable while open: the kernel holds a lookup on it).
- * Called with fs->ns held. */
-void fs_inode_maybe_free(struct dmarfs *fs, struct inode *i)
-{
-	if (i == fs->root || i->nlink != 0)
-		return;
-	if (i->nlookup != 0) {
-		/* No name is left but the kernel still knows the inode.  Its
-		 * FORGET can come seconds later (when the dentry cache lets
-		 * go), and until then an rm'd file would still hold its arena
-		 * memory: a cp just after an rm in a full arena got ENOSPC.
-		 * With no open left nobody can read the bytes again, so they
-		 * go now; the gen bump makes a running encode drop its plan. */
-		if (S_ISREG(i->mode)) {
-			pthread_rwlock_wrlock(&i->lock);
-			if (i->opens == 0 && i->f.n)
-				dmar_file_clear(&i->f, &fs->cfg.ctx);
-			pthread_rwlock_unlock(&i->lock);
-		}
-		return;
-	}
-	/* Free the contents (arena memory) now, but keep the small struct a
-	 * while: under the sanitizer build a READLINK was seen still running
-	 * on an inode whose FORGET had just arrived on another thread, and a
-	 * late reader must find valid memory (it sees an empty file or the
-	 * old symlink target), not freed memory.  See the note on issue 3. */
-	dmar_file_clear(&i->f, &fs->cfg.ctx);
-	fs->inodes--;
-	all_unlink(fs, i);
-	i->idle_next = fs->grave;
-	fs->grave = i;
-	if (++fs->ngrave > GRAVE_MAX)
-		bury_half(fs);
-}
-
-off_t fs_inode_size(const struct inode *i)
-{
-	if (S_ISREG(i->mode))
-		return (off_t)i->f.size;
-	if (S_ISLNK(i->mode))
-		return (off_t)strlen(i->target);
-	if (S_ISDIR(i->mode))
-		return (off_t)(dmar_dir_count(&i->dir) + 2) * 32;
-	return 0;
-}
-
-void fs_fill_stat(const struct inode *i, struct stat *st)
-{
-	memset(st, 0, sizeof(*st));
-	st->st_ino = i->st_ino;
-	st->st_mode = i->mode;
-	st->st_nlink = i->nlink;
-	st->st_uid = i->uid;
-	st->st_gid = i->gid;
-	st->st_rdev = i->rdev;
-	st->st_blksize = 4096;
-	st->st_size = fs_inode_size(i);
-	if (S_ISREG(i->mode)) {
-		struct dmar_file_stats fst;
-		dmar_file_stats(&i->f, NULL, &fst);
-		st->st_blocks = (blkcnt_t)((fst.raw + fst.chunked + 511) / 512);
-	}
-	st->st_atim = i->atime;
-	st->st_mtim = i->mtime;
-	st->st_ctim = i->ctime;
-}
-
-/* Reply with an entry, taking a lookup reference.  ns held. */
-static void reply_entry(fuse_req_t req, struct dmarfs *fs, struct inode *i)
-{
-	struct fuse_entry_param e;
-	memset(&e, 0, sizeof(e));
-	i->nlookup++;
-	e.ino = NODEID(fs, i);
-	e.attr_timeout = ATTR_TIMEOUT;
-	e.entry_timeout = ENTRY_TIMEOUT;
+	memset(e, 0, sizeof(*e));
+	e->ino = NODEID(fs, i);
+	e->attr_timeout = ATTR_TIMEOUT;
+	e->entry_timeout = ENTRY_TIMEOUT;
 	pthread_rwlock_rdlock(&i->lock);
-	fs_fill_stat(i, &e.attr);
+	ns_fill_stat(i, &e->attr);
 	pthread_rwlock_unlock(&i->lock);
+	e->attr.st_nlink = ns_nlink(fs, i);
+}
+
+/* Reply to a lookup-like request with i (held for the kernel), or r. */
+static void reply_entry_or(fuse_req_t req, int r, struct inode *i)
+{
+	struct dmarfs *fs = FS(req);
+	if (r < 0) {
+		fuse_reply_err(req, -r);
+		return;
+	}
+	struct fuse_entry_param e;
+	fill_entry(fs, i, &e);
 	if (fuse_reply_entry(req, &e) != 0)
-		i->nlookup--; /* the kernel never got it */
+		ns_forget(fs, i, 1); /* the kernel never got it */
 }
 
-/* ---- directories (ns held) -------------------------------------------- */
-
-/* Entry name in d, or NULL.  ns held. */
-#define ENTRY_INO(e) ((struct inode *)(e)->ino)
-
-struct dmar_dirent *fs_dir_find(struct inode *d, const char *name)
-{
-	return dmar_dir_find(&d->dir, name);
-}
-
-int fs_dir_add(struct inode *d, const char *name, struct inode *i)
-{
-	return dmar_dir_add(&d->dir, name, i);
-}
-
-static void dir_remove(struct inode *d, struct dmar_dirent *e)
-{
-	dmar_dir_remove(&d->dir, e);
-}
-
-void fs_touch_dir(struct inode *d)
-{
-	pthread_rwlock_wrlock(&d->lock);
-	d->mtime = d->ctime = fs_now();
-	pthread_rwlock_unlock(&d->lock);
-}
-
-/* ---- operations ----------------------------------------------------- */
+/* ---- the idle encoder ---------------------------------------------------- */
 
 static uint64_t mono_seconds(void);
 
 /* Seconds without writes after which a file still open is encoded. */
 #define IDLE_SECONDS 5
+/* How often the idle thread also sees whether the journal wants a
+ * checkpoint. */
+#define CKPT_SECONDS 2
 
 static void *idle_main(void *arg)
 {
 	struct dmarfs *fs = arg;
+	uint64_t next_ckpt = mono_seconds() + CKPT_SECONDS;
 	pthread_mutex_lock(&fs->ns);
 	while (!fs->idle_stop) {
 		struct timespec until;
@@ -268,23 +102,45 @@ static void *idle_main(void *arg)
 			bool live = i->nlink > 0 && S_ISREG(i->mode);
 			pthread_mutex_unlock(&fs->ns);
 			/* A write meanwhile queues the file again; one during
-			 * the encode makes its plan stale, and it waits. */
-			if (live)
+			 * the encode makes its plan stale, and it waits.  The
+			 * sync makes "5 s without writes" a durable state. */
+			if (live) {
 				fs_encode_inode(fs, i, false);
+				(void)persist_sync(fs, i);
+			}
 			pthread_mutex_lock(&fs->ns);
-			fs_forget_one(fs, i, 1);
+			ns_forget_locked(fs, i, 1);
 			p = &fs->idle_head; /* the list may have changed */
+		}
+		if (now_s >= next_ckpt && !fs->idle_stop) {
+			next_ckpt = now_s + CKPT_SECONDS;
+			pthread_mutex_unlock(&fs->ns);
+			int r = persist_checkpoint(fs, false);
+			if (r < 0)
+				fprintf(stderr, "dmarfs: checkpoint of the journal: %s (tried again later)\n",
+					strerror(-r));
+			pthread_mutex_lock(&fs->ns);
 		}
 	}
 	pthread_mutex_unlock(&fs->ns);
 	return NULL;
 }
 
-/* Threads start here, not before: the daemon forks after mounting. */
+/* Threads start here, not before: the daemon forks after mounting.  Files
+ * an attached arena holds raw (an encode the daemon did not finish) go on
+ * the list, to be encoded as if just written. */
 static void idle_start(struct dmarfs *fs)
 {
 	pthread_mutex_lock(&fs->ns);
 	fs->idle_running = pthread_create(&fs->idle_thread, NULL, idle_main, fs) == 0;
+	for (struct inode *i = fs->all; fs->idle_running && i; i = i->all_next) {
+		if (!S_ISREG(i->mode) || !i->f.dirty || i->queued || !i->nlink)
+			continue;
+		i->queued = true;
+		i->nlookup++;
+		i->idle_next = fs->idle_head;
+		fs->idle_head = i;
+	}
 	pthread_mutex_unlock(&fs->ns);
 }
 
@@ -303,7 +159,7 @@ static void idle_stop(struct dmarfs *fs)
 		struct inode *i = fs->idle_head;
 		fs->idle_head = i->idle_next;
 		i->queued = false;
-		fs_forget_one(fs, i, 1);
+		ns_forget_locked(fs, i, 1);
 	}
 	pthread_mutex_unlock(&fs->ns);
 }
@@ -318,9 +174,10 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	idle_start(userdata);
 	/* No writeback cache: every write reaches the daemon before write()
 	 * returns, so a full arena is ENOSPC from write() itself, st_blocks
-	 * and SEEK_DATA/SEEK_HOLE see all data, and the kernel still caches
-	 * pages for reads (keep_cache: we are the only writer).  Large writes
-	 * arrive as up to max_write bytes at a time. */
+	 * and SEEK_DATA/SEEK_HOLE see all data, a close(2) that returns has
+	 * its file recorded (FLUSH), and the kernel still caches pages for
+	 * reads (keep_cache: we are the only writer).  Large writes arrive
+	 * as up to max_write bytes at a time. */
 	conn->want &= ~(unsigned)FUSE_CAP_WRITEBACK_CACHE;
 	if (conn->capable & FUSE_CAP_PARALLEL_DIROPS)
 		conn->want |= FUSE_CAP_PARALLEL_DIROPS;
@@ -346,35 +203,20 @@ static bool open_direct(const struct fuse_file_info *fi)
 	return (fi->flags & O_ACCMODE) == O_WRONLY;
 }
 
+/* ---- names and attributes: ns.h -------------------------------------- */
+
 static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
-	struct dmarfs *fs = FS(req);
-	struct inode *d = INO(req, parent);
-	pthread_mutex_lock(&fs->ns);
-	struct dmar_dirent *e = S_ISDIR(d->mode) ? fs_dir_find(d, name) : NULL;
-	if (!e) {
-		pthread_mutex_unlock(&fs->ns);
-		/* A negative entry with a timeout of 0: creates elsewhere are
-		 * seen at once. */
-		fuse_reply_err(req, S_ISDIR(d->mode) ? ENOENT : ENOTDIR);
-		return;
-	}
-	reply_entry(req, fs, ENTRY_INO(e));
-	pthread_mutex_unlock(&fs->ns);
-}
-
-void fs_forget_one(struct dmarfs *fs, struct inode *i, uint64_t n)
-{
-	i->nlookup = i->nlookup > n ? i->nlookup - n : 0;
-	fs_inode_maybe_free(fs, i);
+	struct inode *i = NULL;
+	/* A negative entry is not cached (timeout 0): creates elsewhere (the
+	 * REST API) are seen at once. */
+	int r = ns_lookup(FS(req), INO(req, parent), name, &i);
+	reply_entry_or(req, r, i);
 }
 
 static void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
 {
-	struct dmarfs *fs = FS(req);
-	pthread_mutex_lock(&fs->ns);
-	fs_forget_one(fs, INO(req, ino), nlookup);
-	pthread_mutex_unlock(&fs->ns);
+	ns_forget(FS(req), INO(req, ino), nlookup);
 	fuse_reply_none(req);
 }
 
@@ -383,19 +225,9 @@ static void op_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_dat
 	struct dmarfs *fs = FS(req);
 	pthread_mutex_lock(&fs->ns);
 	for (size_t k = 0; k < count; k++)
-		fs_forget_one(fs, INO(req, f[k].ino), f[k].nlookup);
+		ns_forget_locked(fs, INO(req, f[k].ino), f[k].nlookup);
 	pthread_mutex_unlock(&fs->ns);
 	fuse_reply_none(req);
-}
-
-/* nlink belongs to the namespace lock; never wait for an inode lock
- * while holding it. */
-nlink_t fs_get_nlink(struct dmarfs *fs, struct inode *i)
-{
-	pthread_mutex_lock(&fs->ns);
-	nlink_t n = i->nlink;
-	pthread_mutex_unlock(&fs->ns);
-	return n;
 }
 
 static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -404,134 +236,86 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	struct inode *i = INO(req, ino);
 	struct stat st;
 	pthread_rwlock_rdlock(&i->lock);
-	fs_fill_stat(i, &st);
+	ns_fill_stat(i, &st);
 	pthread_rwlock_unlock(&i->lock);
-	st.st_nlink = fs_get_nlink(FS(req), i);
+	st.st_nlink = ns_nlink(FS(req), i);
 	fuse_reply_attr(req, &st, ATTR_TIMEOUT);
 }
 
 static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set, struct fuse_file_info *fi)
 {
 	(void)fi;
-	struct dmarfs *fs = FS(req);
-	struct inode *i = INO(req, ino);
+	static const struct {
+		int fuse;
+		unsigned ns;
+	} map[] = {
+		{ FUSE_SET_ATTR_MODE, NS_SET_MODE },	     { FUSE_SET_ATTR_UID, NS_SET_UID },
+		{ FUSE_SET_ATTR_GID, NS_SET_GID },	     { FUSE_SET_ATTR_SIZE, NS_SET_SIZE },
+		{ FUSE_SET_ATTR_ATIME, NS_SET_ATIME },	     { FUSE_SET_ATTR_MTIME, NS_SET_MTIME },
+		{ FUSE_SET_ATTR_ATIME_NOW, NS_SET_ATIME_NOW }, { FUSE_SET_ATTR_MTIME_NOW, NS_SET_MTIME_NOW },
+		{ FUSE_SET_ATTR_CTIME, NS_SET_CTIME },
+	};
+	struct ns_attr a = { .mode = attr->st_mode, .uid = attr->st_uid, .gid = attr->st_gid,
+			     .size = (uint64_t)attr->st_size, .atime = attr->st_atim, .mtime = attr->st_mtim,
+			     .ctime = attr->st_ctim };
+	for (size_t k = 0; k < sizeof(map) / sizeof(map[0]); k++)
+		if (to_set & map[k].fuse)
+			a.set |= map[k].ns;
 	struct stat st;
-	int r = 0;
-	pthread_rwlock_wrlock(&i->lock);
-	struct timespec t = fs_now();
-	if (to_set & FUSE_SET_ATTR_SIZE) {
-		if (!S_ISREG(i->mode))
-			r = S_ISDIR(i->mode) ? -EISDIR : -EINVAL;
-		else if ((r = dmar_file_truncate(&i->f, &fs->cfg.ctx, (uint64_t)attr->st_size)) == 0)
-			i->mtime = t;
-	}
-	if (!r && (to_set & FUSE_SET_ATTR_MODE))
-		i->mode = (i->mode & S_IFMT) | (attr->st_mode & 07777);
-	if (!r && (to_set & FUSE_SET_ATTR_UID))
-		i->uid = attr->st_uid;
-	if (!r && (to_set & FUSE_SET_ATTR_GID))
-		i->gid = attr->st_gid;
-	if (!r && (to_set & FUSE_SET_ATTR_ATIME))
-		i->atime = (to_set & FUSE_SET_ATTR_ATIME_NOW) ? t : attr->st_atim;
-	if (!r && (to_set & FUSE_SET_ATTR_MTIME))
-		i->mtime = (to_set & FUSE_SET_ATTR_MTIME_NOW) ? t : attr->st_mtim;
-	if (!r)
-		i->ctime = (to_set & FUSE_SET_ATTR_CTIME) ? attr->st_ctim : t;
-	fs_fill_stat(i, &st);
-	pthread_rwlock_unlock(&i->lock);
-	st.st_nlink = fs_get_nlink(fs, i);
+	int r = ns_setattr(FS(req), INO(req, ino), &a, &st);
 	if (r)
 		fuse_reply_err(req, -r);
 	else
 		fuse_reply_attr(req, &st, ATTR_TIMEOUT);
 }
 
-/* Make a new node under parent; reply with its entry (or open it). */
 static void make_node(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev,
-		      const char *link, struct fuse_file_info *fi)
+		      const char *link)
 {
-	struct dmarfs *fs = FS(req);
-	struct inode *d = INO(req, parent);
 	const struct fuse_ctx *ctx = fuse_req_ctx(req);
-	int r = 0;
-	pthread_mutex_lock(&fs->ns);
-	if (!S_ISDIR(d->mode)) {
-		r = -ENOTDIR;
-	} else if (d->nlink == 0) {
-		r = -ENOENT; /* removed directory */
-	} else if (fs_dir_find(d, name)) {
-		r = -EEXIST;
-	} else {
-		gid_t gid = ctx->gid;
-		pthread_rwlock_rdlock(&d->lock);
-		if (d->mode & S_ISGID) {
-			gid = d->gid;
-			if (S_ISDIR(mode))
-				mode |= S_ISGID;
-		}
-		pthread_rwlock_unlock(&d->lock);
-		struct inode *i = fs_inode_new(fs, mode, ctx->uid, gid);
-		if (!i) {
-			r = -ENOSPC;
-		} else {
-			i->rdev = rdev;
-			i->nlink = S_ISDIR(mode) ? 2 : 1;
-			i->parent = d;
-			if (link && !(i->target = strdup(link)))
-				r = -ENOMEM;
-			if (!r)
-				r = fs_dir_add(d, name, i);
-			if (r) {
-				i->nlink = 0;
-				inode_destroy(fs, i);
-			} else {
-				if (S_ISDIR(mode))
-					d->nlink++;
-				fs_touch_dir(d);
-				if (fi) {
-					i->opens++;
-					fi->keep_cache = 1;
-					fi->direct_io = open_direct(fi);
-					struct fuse_entry_param e;
-					memset(&e, 0, sizeof(e));
-					i->nlookup++;
-					e.ino = NODEID(fs, i);
-					e.attr_timeout = ATTR_TIMEOUT;
-					e.entry_timeout = ENTRY_TIMEOUT;
-					fs_fill_stat(i, &e.attr);
-					if (fuse_reply_create(req, &e, fi) != 0) {
-						i->nlookup--;
-						i->opens--;
-					}
-				} else {
-					reply_entry(req, fs, i);
-				}
-			}
-		}
-	}
-	pthread_mutex_unlock(&fs->ns);
-	if (r)
-		fuse_reply_err(req, -r);
+	struct inode *i = NULL;
+	int r = ns_make(FS(req), INO(req, parent), name, mode, rdev, link, ctx->uid, ctx->gid, &i);
+	reply_entry_or(req, r, i);
 }
 
 static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev)
 {
-	make_node(req, parent, name, mode, rdev, NULL, NULL);
+	make_node(req, parent, name, mode, rdev, NULL);
 }
 
 static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
 {
-	make_node(req, parent, name, S_IFDIR | (mode & 07777), 0, NULL, NULL);
+	make_node(req, parent, name, S_IFDIR | (mode & 07777), 0, NULL);
 }
 
 static void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name)
 {
-	make_node(req, parent, name, S_IFLNK | 0777, 0, link, NULL);
+	make_node(req, parent, name, S_IFLNK | 0777, 0, link);
 }
 
 static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, struct fuse_file_info *fi)
 {
-	make_node(req, parent, name, S_IFREG | (mode & 07777), 0, NULL, fi);
+	struct dmarfs *fs = FS(req);
+	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+	struct inode *i = NULL;
+	int r = ns_make(fs, INO(req, parent), name, S_IFREG | (mode & 07777), 0, NULL, ctx->uid, ctx->gid, &i);
+	if (r < 0) {
+		fuse_reply_err(req, -r);
+		return;
+	}
+	pthread_rwlock_wrlock(&i->lock);
+	i->opens++;
+	pthread_rwlock_unlock(&i->lock);
+	fi->keep_cache = 1;
+	fi->direct_io = open_direct(fi);
+	struct fuse_entry_param e;
+	fill_entry(fs, i, &e);
+	if (fuse_reply_create(req, &e, fi) != 0) {
+		pthread_rwlock_wrlock(&i->lock);
+		i->opens--;
+		pthread_rwlock_unlock(&i->lock);
+		ns_forget(fs, i, 1);
+	}
 }
 
 static void op_readlink(fuse_req_t req, fuse_ino_t ino)
@@ -546,183 +330,71 @@ static void op_readlink(fuse_req_t req, fuse_ino_t ino)
 
 static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char *newname)
 {
-	struct dmarfs *fs = FS(req);
-	struct inode *i = INO(req, ino), *d = INO(req, newparent);
-	int r = 0;
-	pthread_mutex_lock(&fs->ns);
-	if (S_ISDIR(i->mode))
-		r = -EPERM;
-	else if (i->nlink == 0)
-		r = -ENOENT;
-	else if (fs_dir_find(d, newname))
-		r = -EEXIST;
-	else if ((r = fs_dir_add(d, newname, i)) == 0) {
-		i->nlink++;
-		pthread_rwlock_wrlock(&i->lock);
-		i->ctime = fs_now();
-		pthread_rwlock_unlock(&i->lock);
-		fs_touch_dir(d);
-		reply_entry(req, fs, i);
-	}
-	pthread_mutex_unlock(&fs->ns);
-	if (r)
-		fuse_reply_err(req, -r);
-}
-
-/* Drop the name e from d.  ns held. */
-void fs_unlink_entry(struct dmarfs *fs, struct inode *d, struct dmar_dirent *e)
-{
-	struct inode *i = ENTRY_INO(e);
-	dir_remove(d, e);
-	if (S_ISDIR(i->mode)) {
-		i->nlink = 0;
-		d->nlink--;
-	} else {
-		i->nlink--;
-	}
-	pthread_rwlock_wrlock(&i->lock);
-	i->ctime = fs_now();
-	pthread_rwlock_unlock(&i->lock);
-	fs_touch_dir(d);
-	fs_inode_maybe_free(fs, i);
-}
-
-static void remove_name(fuse_req_t req, fuse_ino_t parent, const char *name, bool dir)
-{
-	struct dmarfs *fs = FS(req);
-	struct inode *d = INO(req, parent);
-	int r = 0;
-	pthread_mutex_lock(&fs->ns);
-	struct dmar_dirent *e = fs_dir_find(d, name);
-	if (!e)
-		r = -ENOENT;
-	else if (dir && !S_ISDIR(ENTRY_INO(e)->mode))
-		r = -ENOTDIR;
-	else if (!dir && S_ISDIR(ENTRY_INO(e)->mode))
-		r = -EISDIR;
-	else if (dir && dmar_dir_count(&ENTRY_INO(e)->dir))
-		r = -ENOTEMPTY;
-	else
-		fs_unlink_entry(fs, d, e);
-	pthread_mutex_unlock(&fs->ns);
-	fuse_reply_err(req, -r);
+	struct inode *i = NULL;
+	int r = ns_link(FS(req), INO(req, ino), INO(req, newparent), newname, &i);
+	reply_entry_or(req, r, i);
 }
 
 static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
-	remove_name(req, parent, name, false);
+	fuse_reply_err(req, -ns_remove(FS(req), INO(req, parent), name, NS_FILE));
 }
 
 static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
-	remove_name(req, parent, name, true);
-}
-
-/* Is a an ancestor of (or equal to) b?  ns held. */
-static bool is_ancestor(struct dmarfs *fs, struct inode *a, struct inode *b)
-{
-	for (struct inode *x = b; x; x = x == fs->root ? NULL : x->parent)
-		if (x == a)
-			return true;
-	return false;
+	fuse_reply_err(req, -ns_remove(FS(req), INO(req, parent), name, NS_DIR));
 }
 
 static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
 		      const char *newname, unsigned int flags)
 {
-	struct dmarfs *fs = FS(req);
-	struct inode *d = INO(req, parent), *nd = INO(req, newparent);
-	int r = 0;
-	if (flags & ~(unsigned)(RENAME_NOREPLACE | RENAME_EXCHANGE) ||
-	    ((flags & RENAME_NOREPLACE) && (flags & RENAME_EXCHANGE))) {
-		fuse_reply_err(req, EINVAL);
+	fuse_reply_err(req, -ns_rename(FS(req), INO(req, parent), name, INO(req, newparent), newname, flags));
+}
+
+static void reply_xattr(fuse_req_t req, ssize_t n, const void *buf, size_t size)
+{
+	if (n < 0)
+		fuse_reply_err(req, (int)-n);
+	else if (size == 0)
+		fuse_reply_xattr(req, (size_t)n);
+	else
+		fuse_reply_buf(req, buf, (size_t)n);
+}
+
+static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value, size_t size,
+			int flags)
+{
+	fuse_reply_err(req, -ns_setxattr(FS(req), INO(req, ino), name, value, size, flags));
+}
+
+static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
+{
+	void *buf = size ? malloc(size) : NULL;
+	if (size && !buf) {
+		fuse_reply_err(req, ENOMEM);
 		return;
 	}
-	pthread_mutex_lock(&fs->ns);
-	struct dmar_dirent *e = fs_dir_find(d, name), *t = fs_dir_find(nd, newname);
-	if (!e) {
-		r = -ENOENT;
-		goto out;
-	}
-	struct inode *i = ENTRY_INO(e);
-	if (t && ENTRY_INO(t) == i)
-		goto out; /* same inode: nothing to do (POSIX) */
-	if ((flags & RENAME_NOREPLACE) && t) {
-		r = -EEXIST;
-		goto out;
-	}
-	if (flags & RENAME_EXCHANGE) {
-		if (!t) {
-			r = -ENOENT;
-			goto out;
-		}
-		struct inode *j = ENTRY_INO(t);
-		if ((S_ISDIR(i->mode) && is_ancestor(fs, i, nd)) || (S_ISDIR(j->mode) && is_ancestor(fs, j, d))) {
-			r = -EINVAL;
-			goto out;
-		}
-		e->ino = j;
-		t->ino = i;
-		if (S_ISDIR(i->mode) != S_ISDIR(j->mode) && d != nd) {
-			int dn = S_ISDIR(i->mode) ? 1 : -1;
-			d->nlink -= dn;
-			nd->nlink += dn;
-		}
-		i->parent = nd;
-		j->parent = d;
-		goto touch;
-	}
-	if (S_ISDIR(i->mode) && is_ancestor(fs, i, nd)) {
-		r = -EINVAL;
-		goto out;
-	}
-	if (t) {
-		struct inode *j = ENTRY_INO(t);
-		if (S_ISDIR(i->mode) && !S_ISDIR(j->mode)) {
-			r = -ENOTDIR;
-			goto out;
-		}
-		if (!S_ISDIR(i->mode) && S_ISDIR(j->mode)) {
-			r = -EISDIR;
-			goto out;
-		}
-		if (S_ISDIR(j->mode) && dmar_dir_count(&j->dir)) {
-			r = -ENOTEMPTY;
-			goto out;
-		}
-		/* Replace atomically: the name points at i at once. */
-		t->ino = i;
-		if (S_ISDIR(j->mode)) {
-			j->nlink = 0;
-			nd->nlink--;
-		} else {
-			j->nlink--;
-		}
-		fs_inode_maybe_free(fs, j);
-		e = fs_dir_find(d, name);
-		dir_remove(d, e);
-	} else {
-		if ((r = fs_dir_add(nd, newname, i)) < 0)
-			goto out;
-		e = fs_dir_find(d, name);
-		dir_remove(d, e);
-	}
-	if (S_ISDIR(i->mode) && d != nd) {
-		d->nlink--;
-		nd->nlink++;
-	}
-	i->parent = nd;
-touch:
-	pthread_rwlock_wrlock(&i->lock);
-	i->ctime = fs_now();
-	pthread_rwlock_unlock(&i->lock);
-	fs_touch_dir(d);
-	if (nd != d)
-		fs_touch_dir(nd);
-out:
-	pthread_mutex_unlock(&fs->ns);
-	fuse_reply_err(req, -r);
+	reply_xattr(req, ns_getxattr(FS(req), INO(req, ino), name, buf, size), buf, size);
+	free(buf);
 }
+
+static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
+{
+	char *buf = size ? malloc(size) : NULL;
+	if (size && !buf) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	reply_xattr(req, ns_listxattr(FS(req), INO(req, ino), buf, size), buf, size);
+	free(buf);
+}
+
+static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
+{
+	fuse_reply_err(req, -ns_removexattr(FS(req), INO(req, ino), name));
+}
+
+/* ---- contents ------------------------------------------------------------ */
 
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
@@ -737,7 +409,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	int r = 0;
 	if (fi->flags & O_TRUNC) {
 		r = dmar_file_truncate(&i->f, &fs->cfg.ctx, 0);
-		i->mtime = i->ctime = fs_now();
+		i->mtime = i->ctime = ns_now();
 	}
 	if (!r)
 		i->opens++;
@@ -790,14 +462,35 @@ void fs_reply_read(fuse_req_t req, struct dmar_file *f, struct dmar_fsctx *c, si
 	/* Reply straight from arena memory: the kernel copies it once into
 	 * the reader's pages.  The caller's lock keeps it stable meanwhile. */
 	enum { MAX_IOV = 64 };
-	struct iovec iov[MAX_IOV];
+	struct iovec iov[MAX_IOV], more[MAX_IOV];
 	uint8_t *scratch = fs_read_scratch(size);
 	if (!scratch) {
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
 	size_t got = 0;
-	int n = dmar_file_read_iov(f, c, (uint64_t)off, size, iov, MAX_IOV, scratch, &got);
+	int n = dmar_file_read_iov(f, c, (uint64_t)off, size, iov, MAX_IOV - 1, scratch, &got);
+	/* More extents than iovecs (many small writes into a full arena):
+	 * the kernel takes a short reply for the end of the file, so the
+	 * rest is copied into the scratch buffer (after the bytes decoded
+	 * there so far) and goes as the last iovec. */
+	size_t tail = got;
+	while (n == MAX_IOV - 1 && got < size && (uint64_t)off + got < f->size) {
+		size_t part = 0;
+		int m = dmar_file_read_iov(f, c, (uint64_t)off + got, size - got, more, MAX_IOV, scratch + got, &part);
+		if (m <= 0) {
+			n = m < 0 ? m : n;
+			break;
+		}
+		uint8_t *to = scratch + got;
+		for (int k = 0; k < m; k++) {
+			memmove(to, more[k].iov_base, more[k].iov_len);
+			to += more[k].iov_len;
+		}
+		got += part;
+	}
+	if (n == MAX_IOV - 1 && got > tail)
+		iov[n++] = (struct iovec){ scratch + tail, got - tail };
 	if (n < 0)
 		fuse_reply_err(req, -n);
 	else
@@ -863,7 +556,7 @@ static void do_write(fuse_req_t req, fuse_ino_t ino, off_t off, size_t size, str
 	uint64_t at = (fi->flags & O_APPEND) ? i->f.size : (uint64_t)off;
 	int r = dmar_file_write_with(&i->f, &fs->cfg.ctx, at, size, copy, ctx);
 	if (!r) {
-		i->mtime = i->ctime = fs_now();
+		i->mtime = i->ctime = ns_now();
 		/* Writing clears set-user-ID (the kernel does this too, but
 		 * only for writes it sees before the page cache). */
 		if (i->mode & (S_ISUID | S_ISGID) && !(fuse_req_ctx(req)->uid == 0))
@@ -886,9 +579,13 @@ static void op_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *buf
 
 static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	(void)ino;
 	(void)fi;
-	fuse_reply_err(req, 0);
+	/* Every close(2) waits for this: a file closed is a file recorded,
+	 * as its extents are now (the encode comes at the last close, off
+	 * the application's path, and records what it changes). */
+	struct inode *i = INO(req, ino);
+	int r = S_ISREG(i->mode) ? persist_sync(FS(req), i) : 0;
+	fuse_reply_err(req, -r);
 }
 
 /* Encode a file's RAW extents, one step at a time (file.c: each step
@@ -900,29 +597,49 @@ static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
  * into freed memory: a read replies before it drops the shared lock.  A
  * write in between makes the step's plan stale: it is redone up to tries
  * times in all.  An arena too full for even one chunk stops the encode
- * where it is; the file stays partly RAW, which reads the same. */
-int fs_encode_with(struct inode *i, struct dmar_fsctx *c, int tries)
+ * where it is; the file stays partly RAW, which reads the same.  Each
+ * step of a file the journal holds is synced at once: the RAW memory it
+ * frees is pending until then (file.h), and must be free for the next
+ * step. */
+int fs_encode_with(struct dmarfs *fs, struct inode *i, struct dmar_fsctx *c, int tries)
 {
+	/* Encoders of one file take turns: two would cut and hash the same
+	 * bytes, and the one that commits second would find its plan stale
+	 * and, out of tries, give up on the rest of the file.  The second
+	 * finds the first's work done. */
+	pthread_mutex_lock(&i->encode_mu);
+	int r;
 	for (int stale = 0;;) {
 		struct dmar_encode_plan *plan = NULL;
 		pthread_rwlock_rdlock(&i->lock);
-		int r = dmar_file_encode_prepare(&i->f, c, &plan);
+		r = dmar_file_encode_prepare(&i->f, c, &plan);
 		pthread_rwlock_unlock(&i->lock);
 		if (r < 0 || !plan)
-			return r;
+			break;
 		pthread_rwlock_wrlock(&i->lock);
 		r = dmar_file_encode_commit(&i->f, c, plan);
+		bool durable = i->f.dur != NULL;
 		pthread_rwlock_unlock(&i->lock);
+		if (r == 0 && durable)
+			(void)persist_sync(fs, i);
 		if (r == -EAGAIN && ++stale < tries)
 			continue;
 		if (r < 0)
-			return r;
+			break;
 	}
+	pthread_mutex_unlock(&i->encode_mu);
+	return r;
 }
 
 void fs_encode_inode(struct dmarfs *fs, struct inode *i, bool retry)
 {
-	fs_encode_with(i, &fs->cfg.ctx, retry ? 3 : 1);
+	fs_encode_with(fs, i, &fs->cfg.ctx, retry ? 3 : 1);
+}
+
+void fs_encode_source(struct dmarfs *fs, struct inode *i)
+{
+	if (S_ISREG(i->mode) && fs->cfg.ctx.encode != DMAR_ENCODE_NONE && __atomic_load_n(&i->f.dirty, __ATOMIC_RELAXED))
+		fs_encode_inode(fs, i, true);
 }
 
 static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -933,26 +650,25 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	pthread_rwlock_wrlock(&i->lock);
 	if (i->opens)
 		i->opens--;
-	bool encode = i->opens == 0 && i->f.dirty;
+	bool last = i->opens == 0 && S_ISREG(i->mode);
 	pthread_rwlock_unlock(&i->lock);
 	/* Hold a reference across the encode: after the reply the kernel may
 	 * forget the inode (an unlinked file), which would free it. */
 	pthread_mutex_lock(&fs->ns);
-	encode = encode && i->nlink > 0;
-	if (encode)
+	last = last && i->nlink > 0;
+	if (last)
 		i->nlookup++;
 	else
-		fs_inode_maybe_free(fs, i); /* the last close of an unlinked file */
+		ns_inode_maybe_free(fs, i); /* the last close of an unlinked file */
 	pthread_mutex_unlock(&fs->ns);
 	fuse_reply_err(req, 0);
 	/* The last close is when a file is most likely complete: encode it
 	 * now, after the reply (the kernel does not wait for RELEASE, so this
-	 * is off the application's path anyway). */
-	if (encode) {
+	 * is off the application's path anyway), and record the result. */
+	if (last) {
 		fs_encode_inode(fs, i, false);
-		pthread_mutex_lock(&fs->ns);
-		fs_forget_one(fs, i, 1);
-		pthread_mutex_unlock(&fs->ns);
+		(void)persist_sync(fs, i);
+		ns_forget(fs, i, 1);
 	}
 }
 
@@ -962,11 +678,14 @@ static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_f
 	(void)fi;
 	struct dmarfs *fs = FS(req);
 	struct inode *i = INO(req, ino);
-	/* RAM has no durability to wait for; fsync is where a file is
-	 * known to be in a consistent state, so encode it. */
-	if (S_ISREG(i->mode))
+	/* fsync is where a file is known to be in a consistent state:
+	 * encode it, and record it before the reply. */
+	int r = 0;
+	if (S_ISREG(i->mode)) {
 		fs_encode_inode(fs, i, true);
-	fuse_reply_err(req, 0);
+		r = persist_sync(fs, i);
+	}
+	fuse_reply_err(req, -r);
 }
 
 static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -1035,188 +754,21 @@ static void op_statfs(fuse_req_t req, fuse_ino_t ino)
 	struct dmar_arena *a = fs->cfg.ctx.arena;
 	struct statvfs sv;
 	memset(&sv, 0, sizeof(sv));
-	uint64_t size = dmar_arena_size(a), used = dmar_arena_used(a);
+	uint64_t size = dmar_arena_size(a), used = dmar_arena_used(a), keep = dmar_arena_reserve(a);
+	used = used < size ? used : size;
 	sv.f_bsize = 4096;
 	sv.f_frsize = 4096;
 	sv.f_blocks = size / 4096;
-	sv.f_bfree = sv.f_bavail = (size - used) / 4096;
+	/* Free, and (as ext4 shows its reserved blocks) what files can still
+	 * take: the journal's reserve is not theirs. */
+	sv.f_bfree = (size - used) / 4096;
+	sv.f_bavail = size - used > keep ? (size - used - keep) / 4096 : 0;
 	pthread_mutex_lock(&fs->ns);
 	sv.f_files = fs->cfg.nr_inodes;
 	sv.f_ffree = sv.f_favail = fs->cfg.nr_inodes - fs->inodes;
 	pthread_mutex_unlock(&fs->ns);
 	sv.f_namemax = NAME_MAX;
 	fuse_reply_statfs(req, &sv);
-}
-
-/* ---- xattrs ------------------------------------------------------------ */
-
-/* user.dmar.* are read-only views of a file's encoding state. */
-static int virtual_xattr(struct dmarfs *fs, struct inode *i, const char *name, char *out, size_t cap)
-{
-	if (strncmp(name, XATTR_PREFIX, strlen(XATTR_PREFIX)))
-		return -ENODATA;
-	const char *k = name + strlen(XATTR_PREFIX);
-	struct dmar_file_stats st;
-	dmar_file_stats(&i->f, &fs->cfg.ctx, &st);
-	if (!strcmp(k, "logical"))
-		return snprintf(out, cap, "%" PRIu64, st.logical);
-	if (!strcmp(k, "stored"))
-		return snprintf(out, cap, "%" PRIu64, st.stored);
-	if (!strcmp(k, "chunks"))
-		return snprintf(out, cap, "%" PRIu64, st.chunks);
-	if (!strcmp(k, "raw"))
-		return snprintf(out, cap, "%" PRIu64, st.raw);
-	if (!strcmp(k, "state"))
-		return snprintf(out, cap, "%s",
-				st.raw == 0 ? (st.chunked ? "encoded" : "empty") : (st.chunked ? "partly-encoded" : "raw"));
-	if (!strcmp(k, "backing"))
-		return snprintf(out, cap, "%s", dmar_arena_describe(fs->cfg.ctx.arena));
-	return -ENODATA;
-}
-
-static const char *const virtual_names[] = { "logical", "stored", "chunks", "raw", "state", "backing" };
-
-static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value, size_t size,
-			int flags)
-{
-	struct inode *i = INO(req, ino);
-	if (strncmp(name, "user.", 5)) {
-		fuse_reply_err(req, EOPNOTSUPP);
-		return;
-	}
-	if (!strncmp(name, XATTR_PREFIX, strlen(XATTR_PREFIX))) {
-		fuse_reply_err(req, EPERM);
-		return;
-	}
-	if (size > 65536) {
-		fuse_reply_err(req, E2BIG);
-		return;
-	}
-	int r = 0;
-	pthread_rwlock_wrlock(&i->lock);
-	struct xattr *x = NULL;
-	for (size_t k = 0; k < i->nxa; k++)
-		if (!strcmp(i->xa[k].name, name))
-			x = &i->xa[k];
-	if ((flags & XATTR_CREATE) && x) {
-		r = -EEXIST;
-	} else if ((flags & XATTR_REPLACE) && !x) {
-		r = -ENODATA;
-	} else {
-		void *v = malloc(size ? size : 1);
-		if (!v) {
-			r = -ENOMEM;
-		} else {
-			memcpy(v, value, size);
-			if (!x) {
-				struct xattr *n = realloc(i->xa, (i->nxa + 1) * sizeof(*n));
-				char *nm = strdup(name);
-				if (!n || !nm) {
-					free(nm);
-					free(v);
-					if (n)
-						i->xa = n;
-					r = -ENOMEM;
-					goto out;
-				}
-				i->xa = n;
-				x = &i->xa[i->nxa++];
-				x->name = nm;
-			} else {
-				free(x->value);
-			}
-			x->value = v;
-			x->len = size;
-			i->ctime = fs_now();
-		}
-	}
-out:
-	pthread_rwlock_unlock(&i->lock);
-	fuse_reply_err(req, -r);
-}
-
-static void reply_xattr(fuse_req_t req, const void *v, size_t len, size_t size)
-{
-	if (size == 0)
-		fuse_reply_xattr(req, len);
-	else if (len > size)
-		fuse_reply_err(req, ERANGE);
-	else
-		fuse_reply_buf(req, v, len);
-}
-
-static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
-{
-	struct dmarfs *fs = FS(req);
-	struct inode *i = INO(req, ino);
-	pthread_rwlock_rdlock(&i->lock);
-	char tmp[DMAR_ARENA_DESCRIBE_MAX + 64];
-	int n = S_ISREG(i->mode) ? virtual_xattr(fs, i, name, tmp, sizeof(tmp)) : -ENODATA;
-	if (n >= (int)sizeof(tmp))
-		n = (int)sizeof(tmp) - 1; /* never reply past the buffer */
-	if (n >= 0) {
-		pthread_rwlock_unlock(&i->lock);
-		reply_xattr(req, tmp, (size_t)n, size);
-		return;
-	}
-	for (size_t k = 0; k < i->nxa; k++) {
-		if (!strcmp(i->xa[k].name, name)) {
-			reply_xattr(req, i->xa[k].value, i->xa[k].len, size);
-			pthread_rwlock_unlock(&i->lock);
-			return;
-		}
-	}
-	pthread_rwlock_unlock(&i->lock);
-	fuse_reply_err(req, ENODATA);
-}
-
-static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
-{
-	struct inode *i = INO(req, ino);
-	pthread_rwlock_rdlock(&i->lock);
-	size_t len = 0;
-	if (S_ISREG(i->mode))
-		for (size_t k = 0; k < sizeof(virtual_names) / sizeof(virtual_names[0]); k++)
-			len += strlen(XATTR_PREFIX) + strlen(virtual_names[k]) + 1;
-	for (size_t k = 0; k < i->nxa; k++)
-		len += strlen(i->xa[k].name) + 1;
-	char *buf = malloc(len ? len : 1), *p = buf;
-	if (!buf) {
-		pthread_rwlock_unlock(&i->lock);
-		fuse_reply_err(req, ENOMEM);
-		return;
-	}
-	if (S_ISREG(i->mode))
-		for (size_t k = 0; k < sizeof(virtual_names) / sizeof(virtual_names[0]); k++)
-			p += sprintf(p, "%s%s", XATTR_PREFIX, virtual_names[k]) + 1;
-	for (size_t k = 0; k < i->nxa; k++)
-		p += sprintf(p, "%s", i->xa[k].name) + 1;
-	pthread_rwlock_unlock(&i->lock);
-	reply_xattr(req, buf, len, size);
-	free(buf);
-}
-
-static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
-{
-	struct inode *i = INO(req, ino);
-	if (!strncmp(name, XATTR_PREFIX, strlen(XATTR_PREFIX))) {
-		fuse_reply_err(req, EPERM);
-		return;
-	}
-	pthread_rwlock_wrlock(&i->lock);
-	for (size_t k = 0; k < i->nxa; k++) {
-		if (!strcmp(i->xa[k].name, name)) {
-			free(i->xa[k].name);
-			free(i->xa[k].value);
-			i->xa[k] = i->xa[--i->nxa];
-			i->ctime = fs_now();
-			pthread_rwlock_unlock(&i->lock);
-			fuse_reply_err(req, 0);
-			return;
-		}
-	}
-	pthread_rwlock_unlock(&i->lock);
-	fuse_reply_err(req, ENODATA);
 }
 
 /* ---- allocation, copy, seek ------------------------------------------ */
@@ -1229,7 +781,7 @@ static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, of
 	pthread_rwlock_wrlock(&i->lock);
 	int r = dmar_file_fallocate(&i->f, &fs->cfg.ctx, mode, off, len);
 	if (!r)
-		i->mtime = i->ctime = fs_now();
+		i->mtime = i->ctime = ns_now();
 	pthread_rwlock_unlock(&i->lock);
 	fuse_reply_err(req, -r);
 }
@@ -1246,6 +798,11 @@ static void op_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in, 
 		fuse_reply_err(req, EINVAL);
 		return;
 	}
+	/* The source is shared by its chunks, so it is encoded first: here,
+	 * step by step with each step synced, so that the raw memory each
+	 * frees comes back at once (file.h: a file the journal holds keeps
+	 * the raw space it gives back until its next sync). */
+	fs_encode_source(fs, a);
 	/* Lock in address order; the same file once. */
 	struct inode *first = a < b ? a : b, *second = a < b ? b : a;
 	pthread_rwlock_wrlock(&first->lock);
@@ -1257,7 +814,7 @@ static void op_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in, 
 	else
 		n = dmar_file_share(&b->f, &a->f, &fs->cfg.ctx, (uint64_t)off_out, (uint64_t)off_in, len);
 	if (n > 0)
-		b->mtime = b->ctime = fs_now();
+		b->mtime = b->ctime = ns_now();
 	if (second != first)
 		pthread_rwlock_unlock(&second->lock);
 	pthread_rwlock_unlock(&first->lock);
@@ -1318,32 +875,6 @@ const struct fuse_lowlevel_ops *fs_local_ops(void)
 	return &ops;
 }
 
-int dmarfs_new(struct dmarfs **out, const struct dmarfs_config *cfg)
-{
-	struct dmarfs *fs = calloc(1, sizeof(*fs));
-	if (!fs)
-		return -ENOMEM;
-	fs->cfg = *cfg;
-	fs->next_ino = 1;
-	/* The mount's content index, unless the caller brought one. */
-	if (!fs->cfg.ctx.index && !(fs->cfg.ctx.index = fs->own_index = dmar_content_index_new())) {
-		free(fs);
-		return -ENOMEM;
-	}
-	pthread_mutex_init(&fs->ns, NULL);
-	pthread_cond_init(&fs->idle_cond, NULL);
-	fs->root = fs_inode_new(fs, S_IFDIR | (cfg->root_mode & 07777), cfg->root_uid, cfg->root_gid);
-	if (!fs->root) {
-		dmar_content_index_free(fs->own_index);
-		free(fs);
-		return -ENOMEM;
-	}
-	fs->root->nlink = 2;
-	fs->root->nlookup = 1;
-	*out = fs;
-	return 0;
-}
-
 void dmarfs_set_session(struct dmarfs *fs, struct fuse_session *se)
 {
 	fs->se = se;
@@ -1354,23 +885,8 @@ void dmarfs_set_node(struct dmarfs *fs, struct dmarfs_node *node)
 	fs->node = node;
 }
 
-void dmarfs_free(struct dmarfs *fs)
+void dmarfs_stop(struct dmarfs *fs)
 {
-	if (!fs)
-		return;
 	idle_stop(fs);
 	dmarfs_remote_free(fs);
-	while (fs->grave) {
-		struct inode *n = fs->grave->idle_next;
-		fs->inodes++;
-		inode_destroy(fs, fs->grave);
-		fs->grave = n;
-	}
-	/* The tree and the unlinked inodes the kernel still knew. */
-	while (fs->all)
-		inode_destroy(fs, fs->all);
-	pthread_cond_destroy(&fs->idle_cond);
-	pthread_mutex_destroy(&fs->ns);
-	dmar_content_index_free(fs->own_index); /* every file is gone */
-	free(fs);
 }

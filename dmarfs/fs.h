@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * fs.h - the dmarfs filesystem: inodes, directories and the FUSE
- * low-level operations over a file's contents (file.h) in an arena.
+ * fs.h - the dmarfs filesystem's FUSE front end: the low-level operations
+ * over the namespace (ns.h) and the contents of files (file.h) in an
+ * arena, and the @PEER paths of a node wrapped around them (remote.c).
  */
 #ifndef DMARFS_FS_H
 #define DMARFS_FS_H
@@ -13,31 +14,22 @@
 #define DMARFS_READAHEAD (1u << 20)
 #include <fuse_lowlevel.h>
 
-#include "file.h"
+#include "ns.h"
 
-struct dmarfs;
-
-struct dmarfs_config {
-	struct dmar_fsctx ctx;  /* arena, chunker, encoding */
-	uint64_t nr_inodes;
-	mode_t root_mode;
-	uid_t root_uid;
-	gid_t root_gid;
-};
-
-int dmarfs_new(struct dmarfs **out, const struct dmarfs_config *cfg);
 /* The operations to mount with: the local ones, wrapped by the @PEER
  * paths when the mount is a node (dmarfs_remote_new). */
-void dmarfs_free(struct dmarfs *fs); /* NULL-safe; frees every inode */
 const struct fuse_lowlevel_ops *dmarfs_ops(void);
 /* The session, for cache notifications (after fuse_session_new). */
 void dmarfs_set_session(struct dmarfs *fs, struct fuse_session *se);
+/* After the session ends, before dmarfs_free: stop the idle encoder and
+ * drop the @PEER paths. */
+void dmarfs_stop(struct dmarfs *fs);
 
 struct dmarfs_node;
 struct dmar_error;
 /* Show the node's peers as @PEER directories in the root, or with view
  * (a peer's name) make the whole mount a view of that peer.  Call before
- * mounting; dmarfs_free undoes it.  0, -EINVAL (unknown view peer), -ENOMEM. */
+ * mounting; dmarfs_stop undoes it.  0, -EINVAL (unknown view peer), -ENOMEM. */
 int dmarfs_remote_new(struct dmarfs *fs, struct dmarfs_node *node, const char *view, struct dmar_error *err);
 void dmarfs_remote_free(struct dmarfs *fs);
 /* Attach the node (its REST API acts on this filesystem). */

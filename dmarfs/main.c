@@ -11,12 +11,20 @@
 #include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <spawn.h>
 #include <string.h>
+#include <sys/mount.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
+extern char **environ;
+
 #include "fs.h"
+#include "journal.h"
 #include "node.h"
 #include "options.h"
+#include "persist.h"
 
 static int add_arg(struct fuse_args *args, const char *fmt, const char *val)
 {
@@ -86,6 +94,58 @@ static void set_readahead(const char *mountpoint, unsigned kb)
 		fprintf(stderr, "dmarfs: read-ahead stays at the kernel's default: %s: %s\n", path, strerror(-r));
 }
 
+/*
+ * A FUSE daemon that died (kill -9, an OOM kill) leaves its mount behind,
+ * dead: every access gives ENOTCONN and mounting on it again fails.  Its
+ * arena is kept (named arenas outlive the process), so the next mount of
+ * the same name is how the files come back: detach the dead mount first.
+ */
+static int detach_stale(const char *mnt)
+{
+	if (geteuid() == 0 && umount2(mnt, MNT_DETACH) == 0)
+		return 0;
+	char *argv[] = { "fusermount3", "-u", "-z", (char *)mnt, NULL };
+	pid_t pid;
+	int st;
+	if (posix_spawnp(&pid, "fusermount3", NULL, NULL, argv, environ) != 0 || waitpid(pid, &st, 0) < 0)
+		return -errno;
+	return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -EPERM;
+}
+
+/*
+ * The OOM killer ranks a process by its resident memory, which counts the
+ * shmem pages of an arena it maps (not hugetlb pages).  Killing dmarfs
+ * frees none of that memory, which belongs to the arena file and stays,
+ * so without this the largest arena's daemon is the killer's first pick
+ * for nothing.  Lowering the score by the arena's share of RAM ranks the
+ * daemon by its own memory, as tmpfs leaves its files to nobody's
+ * account.  Best effort (lowering needs CAP_SYS_RESOURCE).
+ */
+static void oom_adjust(struct dmar_arena *a)
+{
+	if (dmar_arena_backing(a) == DMAR_BACKING_HUGETLB)
+		return;
+	long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+	if (pages <= 0 || psz <= 0)
+		return;
+	long adj = -(long)((double)dmar_arena_size(a) / ((double)pages * (double)psz) * 1000.0);
+	if (adj < -999)
+		adj = -999;
+	FILE *f = fopen("/proc/self/oom_score_adj", "w");
+	if (!f)
+		return;
+	fprintf(f, "%ld\n", adj);
+	/* Not allowed (no CAP_SYS_RESOURCE, a container): the default. */
+	(void)fclose(f);
+}
+
+static double mono_now(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
 int main(int argc, char **argv)
 {
 	struct dmarfs_opts o;
@@ -94,7 +154,9 @@ int main(int argc, char **argv)
 		return r > 0 ? 0 : 2;
 	int status = 1;
 	struct dmar_arena *arena = NULL;
+	struct dmar_journal *journal = NULL;
 	struct dmar_bytepack *pack = NULL;
+	bool served = false;
 	struct dmarfs *fs = NULL;
 	struct dmarfs_node *node = NULL;
 	struct fuse_session *se = NULL;
@@ -123,9 +185,41 @@ int main(int argc, char **argv)
 		fprintf(stderr, "dmarfs: bytepack: %s\n", err.msg);
 		goto out;
 	}
-	struct dmar_arena_opts ao = { .size = o.size, .pagesize = o.pagesize, .strict = o.strict, .populate = true };
-	if (dmar_arena_new(&arena, &ao, &err) < 0) {
-		fprintf(stderr, "dmarfs: arena of %llu bytes: %s\n", (unsigned long long)o.size, err.msg);
+	if (o.stale) {
+		int e = detach_stale(o.mountpoint);
+		if (e < 0) {
+			fprintf(stderr, "dmarfs: %s is a dead mount (its daemon died) that cannot be detached: %s\n",
+				o.mountpoint, strerror(-e));
+			goto out;
+		}
+		fprintf(stderr, "dmarfs: %s: detached the dead mount left there\n", o.mountpoint);
+	}
+	/* The arena is named after the mount's NAME: a mount of the same
+	 * name after a crash (or after umount with keep) attaches it. */
+	dmarfs_opts_defaults(&o, 0);
+	struct dmar_arena_opts ao = { .size = o.size, .pagesize = o.pagesize, .strict = o.strict, .populate = true,
+				      .name = o.source, .fresh = o.fresh, .keep = o.keep, .owner = o.mountpoint };
+	int ar = dmar_arena_new(&arena, &ao, &err);
+	if (ar < 0) {
+		fprintf(stderr, "dmarfs: arena %s: %s%s\n", o.source, err.msg,
+			ar == -EUCLEAN ? " (it is left as it is: 'dmar arenas' lists it, -o fresh replaces it)" : "");
+		goto out;
+	}
+	bool attached = dmar_arena_attached(arena);
+	if (attached && o.size_given &&
+	    (o.size > dmar_arena_size(arena) || dmar_arena_size(arena) - o.size >= dmar_arena_pagesize(arena))) {
+		fprintf(stderr,
+			"dmarfs: arena %s holds %llu bytes; size=%llu does not match: mount with that size (or none), or with fresh to start over\n",
+			o.source, (unsigned long long)dmar_arena_size(arena), (unsigned long long)o.size);
+		goto out;
+	}
+	if (attached) {
+		o.size = 0;
+		o.nr_inodes = o.nr_inodes_given ? o.nr_inodes : 0;
+		dmarfs_opts_defaults(&o, dmar_arena_size(arena));
+	}
+	if (dmar_journal_open(&journal, arena, &err) < 0) {
+		fprintf(stderr, "dmarfs: arena %s: %s\n", o.source, err.msg);
 		goto out;
 	}
 	struct dmarfs_config cfg = {
@@ -134,12 +228,29 @@ int main(int argc, char **argv)
 		.root_mode = o.mode,
 		.root_uid = o.uid,
 		.root_gid = o.gid,
+		.journal = journal,
 	};
 	dmar_chunker_init(&cfg.ctx.chunker, DMAR_CHUNK_MIN_DEFAULT, DMAR_CHUNK_AVG_DEFAULT, DMAR_CHUNK_MAX_DEFAULT);
 	if (dmarfs_new(&fs, &cfg) < 0) {
 		fprintf(stderr, "dmarfs: out of memory\n");
 		goto out;
 	}
+	if (attached) {
+		struct persist_stats ps;
+		double t0 = mono_now();
+		if (persist_attach(fs, &ps, &err) < 0) {
+			fprintf(stderr,
+				"dmarfs: arena %s (%s) cannot be attached: %s.  It is left as it is: unmount nothing, 'dmar arenas' lists it, -o fresh replaces it.\n",
+				o.source, dmar_arena_path(arena), err.msg[0] ? err.msg : "out of memory");
+			goto out;
+		}
+		fprintf(stderr,
+			"dmarfs: re-attached arena %s: %llu files, %llu inodes, %llu chunks, %llu of %llu bytes in use; %llu journal records in %.3f s\n",
+			o.source, (unsigned long long)ps.files, (unsigned long long)ps.inodes,
+			(unsigned long long)ps.chunks, (unsigned long long)dmar_arena_used(arena),
+			(unsigned long long)dmar_arena_size(arena), (unsigned long long)ps.records, mono_now() - t0);
+	}
+	oom_adjust(arena);
 	bool is_node = o.node || o.listen || o.peers || o.view;
 	char host[256] = "node";
 	if (is_node && !o.node) {
@@ -184,6 +295,7 @@ int main(int argc, char **argv)
 		o.encode == DMAR_ENCODE_NONE ? "none" : o.encode == DMAR_ENCODE_DEDUP ? "dedup" : "zstd");
 	if (fuse_daemonize(o.foreground) != 0)
 		goto out_unmount;
+	served = true;
 	/* The server's threads must be the daemon's, so after the fork; a
 	 * port in use is still reported (to the log when daemonized). */
 	if (node && dmarfs_node_start(node, &err) < 0) {
@@ -215,7 +327,21 @@ out:
 	fuse_opt_free_args(&args);
 	/* The server first: its requests act on fs. */
 	dmarfs_node_free(node);
+	if (fs)
+		dmarfs_stop(fs);
+	/* A clean end: with keep, the journal rewritten as the tree is now
+	 * (the next attach reads that, not the history); without, the arena
+	 * goes, as a tmpfs does at umount.  A crash does neither. */
+	if (served && fs && o.keep) {
+		int e = persist_checkpoint(fs, true);
+		if (e < 0)
+			fprintf(stderr, "dmarfs: final checkpoint of arena %s: %s (the journal stays as it was)\n",
+				o.source, strerror(-e));
+	} else if (served && arena && dmar_arena_remove(arena) < 0) {
+		fprintf(stderr, "dmarfs: removing arena %s: %s\n", o.source, strerror(errno));
+	}
 	dmarfs_free(fs);
+	dmar_journal_free(journal);
 	dmar_bytepack_free(pack);
 	dmar_arena_free(arena);
 	dmarfs_opts_free(&o);

@@ -202,6 +202,17 @@ static size_t stage_shed(struct dmarfs_node *n)
 	return gone;
 }
 
+/* For the check (check.h): one reference per staged chunk. */
+static void stage_refs(void *ctx, const struct dmar_file_refs *r)
+{
+	struct dmarfs_node *n = ctx;
+	pthread_mutex_lock(&n->stage_lock);
+	for (size_t b = 0; b < STAGE_BUCKETS && n->nstaged; b++)
+		for (struct stage *s = n->stage[b]; s; s = s->next)
+			r->chunk(r->ctx, &s->id);
+	pthread_mutex_unlock(&n->stage_lock);
+}
+
 static void stage_clear(struct dmarfs_node *n)
 {
 	stage_sweep(n, UINT64_MAX, 0);
@@ -209,60 +220,14 @@ static void stage_clear(struct dmarfs_node *n)
 
 /* ---- paths -------------------------------------------------------------- */
 
-/*
- * Walk path from the root; ns held.  With leaf (a buffer of 256 bytes),
- * stop at the parent: *out is the parent directory and leaf its last
- * component ("" for the root itself).  -ENOENT, -ENOTDIR.
- */
-static int walk(struct dmarfs *fs, const char *path, struct inode **out, char *leaf)
-{
-	struct inode *d = fs->root;
-	const char *p = path;
-	if (leaf)
-		leaf[0] = 0;
-	while (*p) {
-		const char *slash = strchr(p, '/');
-		size_t len = slash ? (size_t)(slash - p) : strlen(p);
-		char name[256];
-		memcpy(name, p, len); /* dmar_wire_path_check: len <= 255 */
-		name[len] = 0;
-		p += len;
-		while (*p == '/')
-			p++;
-		if (leaf && !*p) {
-			memcpy(leaf, name, len + 1);
-			break;
-		}
-		if (!S_ISDIR(d->mode))
-			return -ENOTDIR;
-		struct dmar_dirent *e = fs_dir_find(d, name);
-		if (!e)
-			return -ENOENT;
-		d = ENTRY_INO(e);
-	}
-	if (leaf && !S_ISDIR(d->mode))
-		return -ENOTDIR;
-	*out = d;
-	return 0;
-}
-
-/* Look path up and take a lookup reference on it (so it stays alive once
- * ns is dropped): release with unhold. */
 static int hold(struct dmarfs *fs, const char *path, struct inode **out)
 {
-	pthread_mutex_lock(&fs->ns);
-	int r = walk(fs, path, out, NULL);
-	if (!r)
-		(*out)->nlookup++;
-	pthread_mutex_unlock(&fs->ns);
-	return r;
+	return ns_walk(fs, path, out);
 }
 
 static void unhold(struct dmarfs *fs, struct inode *i)
 {
-	pthread_mutex_lock(&fs->ns);
-	fs_forget_one(fs, i, 1);
-	pthread_mutex_unlock(&fs->ns);
+	ns_forget(fs, i, 1);
 }
 
 static fuse_ino_t nodeid(struct dmarfs *fs, struct inode *i)
@@ -321,7 +286,7 @@ static const char *type_name(mode_t m)
 static json_t *stat_json(struct dmarfs *fs, struct inode *i, const char *name, nlink_t nlink, bool figures)
 {
 	json_t *o = json_pack("{s:s, s:I, s:i, s:f, s:I, s:I, s:i, s:i}", "type", type_name(i->mode), "size",
-			      (json_int_t)fs_inode_size(i), "mode", (int)(i->mode & 07777), "mtime",
+			      (json_int_t)ns_inode_size(i), "mode", (int)(i->mode & 07777), "mtime",
 			      (double)i->mtime.tv_sec + (double)i->mtime.tv_nsec / 1e9, "mtime_ns",
 			      (json_int_t)i->mtime.tv_sec * 1000000000 + i->mtime.tv_nsec, "nlink", (json_int_t)nlink,
 			      "uid", (int)i->uid, "gid", (int)i->gid);
@@ -394,7 +359,7 @@ static int op_stat(void *ctx, const char *path, json_t **out, struct dmar_error 
 	int r = hold(fs, path, &i);
 	if (r < 0)
 		return r;
-	nlink_t nl = fs_get_nlink(fs, i);
+	nlink_t nl = ns_nlink(fs, i);
 	pthread_rwlock_rdlock(&i->lock);
 	json_t *o = stat_json(fs, i, NULL, nl, true);
 	pthread_rwlock_unlock(&i->lock);
@@ -429,23 +394,16 @@ static int op_remove(void *ctx, const char *path, struct dmar_error *err)
 	struct dmarfs *fs = n->fs;
 	char leaf[256];
 	struct inode *d;
-	pthread_mutex_lock(&fs->ns);
-	int r = walk(fs, path, &d, leaf);
-	struct dmar_dirent *e = NULL;
-	if (!r && !leaf[0])
+	int r = ns_walk_parent(fs, path, &d, leaf);
+	if (r < 0)
+		return r;
+	if (!leaf[0])
 		r = dmar_error_set(err, -EINVAL, "the root cannot be removed");
-	else if (!r && !(e = fs_dir_find(d, leaf)))
-		r = -ENOENT;
-	else if (!r && S_ISDIR(ENTRY_INO(e)->mode) && dmar_dir_count(&ENTRY_INO(e)->dir))
-		r = -ENOTEMPTY;
-	fuse_ino_t parent = 0;
-	if (!r) {
-		parent = nodeid(fs, d);
-		fs_unlink_entry(fs, d, e);
-	}
-	pthread_mutex_unlock(&fs->ns);
+	else
+		r = ns_remove(fs, d, leaf, NS_ANY);
 	if (!r)
-		inval(fs, parent, leaf);
+		inval(fs, nodeid(fs, d), leaf);
+	unhold(fs, d);
 	return r;
 }
 
@@ -454,33 +412,25 @@ static int op_mkdir(void *ctx, const char *path, uint32_t mode, struct dmar_erro
 	struct dmarfs_node *n = ctx;
 	struct dmarfs *fs = n->fs;
 	char leaf[256];
-	struct inode *d;
-	pthread_mutex_lock(&fs->ns);
-	int r = walk(fs, path, &d, leaf);
-	if (!r && !leaf[0])
+	struct inode *d, *i;
+	int r = ns_walk_parent(fs, path, &d, leaf);
+	if (r < 0)
+		return r;
+	/* Made as the owner of the directory it goes in: the API's caller
+	 * has no uid here. */
+	pthread_rwlock_rdlock(&d->lock);
+	uid_t uid = d->uid;
+	gid_t gid = d->gid;
+	pthread_rwlock_unlock(&d->lock);
+	if (!leaf[0])
 		r = -EEXIST;
-	else if (!r && d->nlink == 0)
-		r = -ENOENT;
-	else if (!r && fs_dir_find(d, leaf))
-		r = -EEXIST;
-	fuse_ino_t parent = 0;
-	if (!r) {
-		struct inode *i = fs_inode_new(fs, S_IFDIR | (mode & 07777), d->uid, d->gid);
-		if (!i) {
-			r = dmar_error_set(err, -ENOSPC, "no inode left (nr_inodes)");
-		} else if ((r = fs_dir_add(d, leaf, i)) < 0) {
-			fs_inode_maybe_free(fs, i);
-		} else {
-			i->nlink = 2;
-			i->parent = d;
-			d->nlink++;
-			fs_touch_dir(d);
-			parent = nodeid(fs, d);
-		}
-	}
-	pthread_mutex_unlock(&fs->ns);
+	else if ((r = ns_make(fs, d, leaf, S_IFDIR | (mode & 07777), 0, NULL, uid, gid, &i)) == 0)
+		unhold(fs, i);
+	else if (r == -ENOSPC)
+		dmar_error_set(err, r, "no inode left (nr_inodes), or no room to record it");
 	if (!r)
-		inval(fs, parent, leaf);
+		inval(fs, nodeid(fs, d), leaf);
+	unhold(fs, d);
 	return r;
 }
 
@@ -529,34 +479,6 @@ static json_t *missing_json(const struct dmar_id *m, size_t nm)
 	return json_pack("{s:I, s:o}", "missing_count", (json_int_t)nm, "missing", list ? list : json_array());
 }
 
-/* Link the new file i (nlink 0, owned by us) at d/leaf, replacing what is
- * there; ns held. */
-static int link_new(struct dmarfs *fs, struct inode *d, const char *leaf, struct inode *i, bool noreplace)
-{
-	struct dmar_dirent *e = fs_dir_find(d, leaf);
-	if (e) {
-		struct inode *old = ENTRY_INO(e);
-		if (S_ISDIR(old->mode))
-			return -EISDIR;
-		if (noreplace)
-			return -EEXIST;
-		e->ino = i; /* one step: readers see the old file or the new one */
-		old->nlink--;
-		pthread_rwlock_wrlock(&old->lock);
-		old->ctime = fs_now();
-		pthread_rwlock_unlock(&old->lock);
-		fs_inode_maybe_free(fs, old);
-	} else {
-		int r = fs_dir_add(d, leaf, i);
-		if (r < 0)
-			return r;
-	}
-	i->nlink = 1;
-	i->parent = d;
-	fs_touch_dir(d);
-	return 0;
-}
-
 /* Make the file at path from rc's entries and publish it under cid, or
  * (from_content: rc is a header without entries) from the content the
  * mount holds under cid. */
@@ -566,19 +488,22 @@ static int make_file(struct dmarfs_node *n, const char *path, const struct dmar_
 {
 	struct dmarfs *fs = n->fs;
 	char leaf[256];
-	struct inode *d;
-	pthread_mutex_lock(&fs->ns);
-	int r = walk(fs, path, &d, leaf);
-	if (!r && !leaf[0])
+	struct inode *d, *i = NULL;
+	int r = ns_walk_parent(fs, path, &d, leaf);
+	if (r < 0)
+		return r;
+	if (!leaf[0])
 		r = dmar_error_set(err, -EISDIR, "the root is a directory");
-	struct inode *i = NULL;
-	if (!r && !(i = fs_inode_new(fs, S_IFREG | (rc->mode & 07777), d->uid, d->gid)))
+	pthread_mutex_lock(&fs->ns);
+	if (!r && !(i = ns_inode_new(fs, 0, S_IFREG | (rc->mode & 07777), d->uid, d->gid)))
 		r = dmar_error_set(err, -ENOSPC, "no inode left (nr_inodes)");
 	if (i)
 		i->nlookup++; /* ours until linked */
 	pthread_mutex_unlock(&fs->ns);
-	if (r < 0)
+	if (r < 0) {
+		unhold(fs, d);
 		return r;
+	}
 
 	/* Build the contents outside the namespace lock: nobody else can
 	 * see i yet. */
@@ -602,18 +527,18 @@ static int make_file(struct dmarfs_node *n, const char *path, const struct dmar_
 	} else if (r == -EINVAL) {
 		dmar_error_set(err, r, "recipe shows bytes beyond the end of a chunk");
 	}
-
-	fuse_ino_t parent = 0;
-	pthread_mutex_lock(&fs->ns);
-	/* The parent may have gone while we built the file. */
-	if (!r && (r = walk(fs, path, &d, leaf)) == 0 && d->nlink == 0)
-		r = -ENOENT;
-	if (!r && (r = link_new(fs, d, leaf, i, noreplace)) == 0)
-		parent = nodeid(fs, d);
-	if (!r)
-		*out = stat_json(fs, i, NULL, 1, true);
-	fs_forget_one(fs, i, 1); /* unlinked on failure: freed here */
-	pthread_mutex_unlock(&fs->ns);
+	/* Linked in one step (recorded with its contents): the name shows
+	 * the old file or the new one, never half of it. */
+	if (!r && (r = ns_commit_file(fs, d, leaf, i, noreplace)) == -ENOSPC)
+		dmar_error_set(err, r, "no room in the arena to record the file");
+	if (!r) {
+		pthread_rwlock_rdlock(&i->lock);
+		*out = stat_json(fs, i, leaf, 1, true);
+		pthread_rwlock_unlock(&i->lock);
+	}
+	unhold(fs, i); /* unlinked on failure: freed here */
+	fuse_ino_t parent = nodeid(fs, d);
+	unhold(fs, d);
 	if (r < 0)
 		return r;
 	if (!from_content)
@@ -649,7 +574,7 @@ static int take_recipe(struct dmarfs *fs, struct inode *i, struct dmar_recipe *r
 	if (c.encode == DMAR_ENCODE_NONE)
 		c.encode = DMAR_ENCODE_DEDUP;
 	for (int tries = 0; tries < 8; tries++) {
-		int r = fs_encode_with(i, &c, 1);
+		int r = fs_encode_with(fs, i, &c, 1);
 		if (r < 0 && r != -EAGAIN)
 			return r;
 		pthread_rwlock_wrlock(&i->lock);
@@ -978,6 +903,7 @@ int dmarfs_node_new(struct dmarfs_node **out, struct dmarfs *fs, const struct dm
 	n->fs = fs;
 	n->cfg = *cfg;
 	pthread_mutex_init(&n->stage_lock, NULL);
+	ns_add_owner(fs, stage_refs, n);
 	pthread_mutex_init(&n->xfer_lock, NULL);
 	int r = 0;
 	if (!(n->name = strdup(cfg->name ? cfg->name : "node"))) {

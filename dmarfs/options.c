@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "options.h"
@@ -35,6 +36,8 @@ static const struct opt_desc table[] = {
 	O("gid", T_UINT, gid),
 	O("pagesize", T_PAGESIZE, pagesize),
 	O("strict", T_FLAG, strict),
+	O("keep", T_FLAG, keep),
+	O("fresh", T_FLAG, fresh),
 	O("encode", T_ENCODE, encode),
 	O("level", T_LEVEL, level),
 	O("bytepack", T_STR, bytepack),
@@ -135,12 +138,14 @@ static int apply(struct dmarfs_opts *o, char *item)
 			if (parse_size(val, &v64) < 0 || v64 == 0)
 				goto bad;
 			*(uint64_t *)field = v64;
+			o->size_given = true;
 			return 0;
 		case T_U64:
 			/* A count: suffixes yes, a share of RAM no. */
 			if (strchr(val, '%') || parse_size(val, &v64) < 0 || v64 == 0)
 				goto bad;
 			*(uint64_t *)field = v64;
+			o->nr_inodes_given = true; /* the only count */
 			return 0;
 		case T_MODE: {
 			unsigned long m = strtoul(val, &end, 8);
@@ -220,12 +225,16 @@ static const char usage[] =
 	"Mount a RAM arena as a directory; files written there are chunked,\n"
 	"deduplicated and (encode=zstd) compressed in memory.\n"
 	"Options (-o, comma separated):\n"
-	"  size=SIZE        arena size: bytes, k/m/g/t, or N% of RAM (default 50%)\n"
+	"  size=SIZE        arena size: bytes, k/m/g/t, or N% of RAM (default 50%, or\n"
+	"                   the size of the arena NAME left)\n"
 	"  nr_inodes=N      most inodes (default: size / 4 KiB... at least 1024)\n"
 	"  mode=OCTAL       root directory mode (default 1777)\n"
 	"  uid=N, gid=N     root directory owner (default: the mounting user)\n"
 	"  pagesize=SIZE    huge page size: 2M (default), 1G, or 4k for none\n"
 	"  strict           fail instead of falling back when huge pages are short\n"
+	"  keep             keep the arena at umount: the next mount of NAME has the files\n"
+	"                   (a crash or kill never frees it; without keep, umount does)\n"
+	"  fresh            start empty, discarding an arena left under NAME\n"
 	"  encode=MODE      none | dedup (default) | zstd\n"
 	"  level=N          zstd level for encode=zstd (default 3)\n"
 	"  bytepack=FILE    byte pack (dmar mine) for encode=zstd\n"
@@ -289,19 +298,30 @@ int dmarfs_opts_parse(int argc, char **argv, struct dmarfs_opts *o)
 	}
 	o->source = strdup(pos[0]);
 	o->mountpoint = realpath(pos[1], NULL);
+	if (!o->mountpoint && errno == ENOTCONN) {
+		/* A dmarfs (or any FUSE daemon) died with its mount up: main
+		 * detaches it.  Its parent is still a real path. */
+		char *slash = strrchr(pos[1], '/'), *dir = NULL;
+		if (slash == pos[1])
+			dir = strdup("/");
+		else if (slash)
+			dir = realpath(strndupa(pos[1], (size_t)(slash - pos[1])), NULL);
+		else
+			dir = realpath(".", NULL);
+		if (dir && asprintf(&o->mountpoint, "%s/%s", strcmp(dir, "/") ? dir : "", slash ? slash + 1 : pos[1]) < 0)
+			o->mountpoint = NULL;
+		free(dir);
+		o->stale = o->mountpoint != NULL;
+		errno = ENOTCONN;
+	}
 	if (!o->mountpoint) {
 		fprintf(stderr, "dmarfs: mount point %s: %s\n", pos[1], strerror(errno));
 		return -EINVAL;
 	}
-	if (!o->size) {
-		long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
-		o->size = (uint64_t)pages * (uint64_t)psz / 2;
-	}
-	if (!o->nr_inodes) {
-		o->nr_inodes = o->size / 4096;
-		if (o->nr_inodes < 1024)
-			o->nr_inodes = 1024;
-	}
+	/* realpath may not ask the dead daemon (a cached dentry): stat does. */
+	struct stat st;
+	if (!o->stale && stat(o->mountpoint, &st) < 0 && errno == ENOTCONN)
+		o->stale = true;
 	if (!o->tls_cert != !o->tls_key) {
 		fputs("dmarfs: tls_cert= and tls_key= go together\n", stderr);
 		return -EINVAL;
@@ -315,6 +335,21 @@ int dmarfs_opts_parse(int argc, char **argv, struct dmarfs_opts *o)
 		return -EINVAL;
 	}
 	return 0;
+}
+
+void dmarfs_opts_defaults(struct dmarfs_opts *o, uint64_t arena_size)
+{
+	if (!o->size && arena_size) {
+		o->size = arena_size;
+	} else if (!o->size) {
+		long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+		o->size = (uint64_t)pages * (uint64_t)psz / 2;
+	}
+	if (!o->nr_inodes) {
+		o->nr_inodes = o->size / 4096;
+		if (o->nr_inodes < 1024)
+			o->nr_inodes = 1024;
+	}
 }
 
 void dmarfs_opts_free(struct dmarfs_opts *o)

@@ -15,8 +15,13 @@
 struct dmarfs_opts {
 	char *source;        /* NAME: the fsname shown by mount(8) */
 	char *mountpoint;
-	uint64_t size;       /* arena bytes */
+	uint64_t size;       /* arena bytes (0 until dmarfs_opts_defaults: see size_given) */
+	bool size_given;     /* size= was there: an arena attached must be that size */
+	bool keep;           /* the arena outlives umount */
+	bool fresh;          /* start empty, discarding an arena left under NAME */
+	bool stale;          /* the mount point is a dead FUSE mount (ENOTCONN) */
 	uint64_t nr_inodes;
+	bool nr_inodes_given;
 	mode_t mode;         /* of the root directory */
 	uid_t uid;
 	gid_t gid;
@@ -37,6 +42,9 @@ struct dmarfs_opts {
  * options are an error.  Returns 0, 1 (help or version printed: exit 0),
  * or -EINVAL (message printed). */
 int dmarfs_opts_parse(int argc, char **argv, struct dmarfs_opts *o);
+/* Fill in what depends on the arena: size (half of RAM for a new arena
+ * without size=; arena_size for one attached) and nr_inodes. */
+void dmarfs_opts_defaults(struct dmarfs_opts *o, uint64_t arena_size);
 void dmarfs_opts_free(struct dmarfs_opts *o);
 
 #endif /* DMARFS_OPTIONS_H */

@@ -785,7 +785,7 @@ static void r_setattr(fuse_req_t req, struct rinode *ri, struct stat *attr, int 
 	}
 	if ((r = ensure_loaded(fs, ri, &err)) < 0)
 		goto out;
-	struct timespec t = fs_now();
+	struct timespec t = ns_now();
 	if (to_set & FUSE_SET_ATTR_SIZE) {
 		if ((r = dmar_file_truncate(&ri->f, &fs->cfg.ctx, (uint64_t)attr->st_size)) < 0)
 			goto out;
@@ -897,7 +897,7 @@ static void r_create(fuse_req_t req, struct rinode *d, const char *name, mode_t 
 	const struct fuse_ctx *ctx = fuse_req_ctx(req);
 	ri->st = (struct stat){ .st_ino = ri->st_ino, .st_mode = S_IFREG | (mode & 07777), .st_nlink = 1,
 				.st_uid = ctx->uid, .st_gid = ctx->gid, .st_blksize = 4096 };
-	ri->st.st_atim = ri->st.st_mtim = ri->st.st_ctim = fs_now();
+	ri->st.st_atim = ri->st.st_mtim = ri->st.st_ctim = ns_now();
 	ri->st_at = mono();
 	/* A new file is shipped at its first close even if empty. */
 	ri->loaded = ri->dirty = true;
@@ -923,7 +923,7 @@ static void r_open(fuse_req_t req, struct rinode *ri, struct fuse_file_info *fi)
 		}
 		dmar_file_clear(&ri->f, &fs->cfg.ctx);
 		ri->loaded = ri->dirty = true;
-		ri->st.st_mtim = fs_now();
+		ri->st.st_mtim = ns_now();
 	} else {
 		r = ensure_loaded(fs, ri, &err);
 	}
@@ -963,7 +963,7 @@ static void r_write(fuse_req_t req, struct rinode *ri, struct fuse_bufvec *bufv,
 	int r = ri->loaded ? dmar_file_write_with(&ri->f, &fs->cfg.ctx, at, size, fs_copy_bufvec, bufv) : -EIO;
 	if (!r) {
 		ri->dirty = true;
-		ri->st.st_mtim = fs_now();
+		ri->st.st_mtim = ns_now();
 	}
 	pthread_rwlock_unlock(&ri->lock);
 	if (r < 0)
@@ -1154,7 +1154,7 @@ static struct rinode *peer_root(struct dmarfs *fs, const char *name)
 			return NULL;
 		nr->keep = true;
 		nr->st = (struct stat){ .st_ino = nr->st_ino, .st_mode = S_IFDIR | 0755, .st_nlink = 2 };
-		nr->st.st_atim = nr->st.st_mtim = nr->st.st_ctim = fs_now();
+		nr->st.st_atim = nr->st.st_mtim = nr->st.st_ctim = ns_now();
 		pthread_mutex_lock(&rm->lock);
 		if (!rm->roots[k])
 			rm->roots[k] = nr;
@@ -1221,7 +1221,7 @@ static void w_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_data
 	pthread_mutex_lock(&fs->ns);
 	for (size_t k = 0; k < count; k++)
 		if (!is_remote(fs, f[k].ino))
-			fs_forget_one(fs, LI(fs, f[k].ino), f[k].nlookup);
+			ns_forget_locked(fs, LI(fs, f[k].ino), f[k].nlookup);
 	pthread_mutex_unlock(&fs->ns);
 	for (size_t k = 0; k < count; k++)
 		if (is_remote(fs, f[k].ino))
@@ -1420,6 +1420,8 @@ static void w_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in, s
 	struct rinode *a = rin ? RI(fs, ino_in) : NULL, *b = rout ? RI(fs, ino_out) : NULL;
 	if (a && a == b)
 		return (void)fuse_reply_err(req, EINVAL); /* within one remote file: let cp copy */
+	if (!rin)
+		fs_encode_source(fs, LI(fs, ino_in));
 	/* Remote inodes first (in address order), then the local one. */
 	struct rinode *r1 = a && b ? (a < b ? a : b) : a ? a : b, *r2 = a && b ? (a < b ? b : a) : NULL;
 	pthread_rwlock_wrlock(&r1->lock);
@@ -1436,9 +1438,9 @@ static void w_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in, s
 		n = dmar_file_share(dst, src, &fs->cfg.ctx, (uint64_t)off_out, (uint64_t)off_in, len);
 	if (n > 0 && b) {
 		b->dirty = true;
-		b->st.st_mtim = fs_now();
+		b->st.st_mtim = ns_now();
 	} else if (n > 0) {
-		li->mtime = li->ctime = fs_now();
+		li->mtime = li->ctime = ns_now();
 	}
 	if (li)
 		pthread_rwlock_unlock(&li->lock);
@@ -1502,6 +1504,22 @@ const struct fuse_lowlevel_ops *dmarfs_ops(void)
 	return &wrapped;
 }
 
+/* For the check (check.h): the copies of peers' files held here. */
+static void remote_refs(void *ctx, const struct dmar_file_refs *r)
+{
+	struct dmarfs *fs = ctx;
+	struct dmarfs_remote *rm = fs->remote;
+	if (!rm)
+		return;
+	pthread_mutex_lock(&rm->lock);
+	for (struct rinode *ri = rm->all; ri; ri = ri->next) {
+		pthread_rwlock_rdlock(&ri->lock);
+		dmar_file_refs(&ri->f, r);
+		pthread_rwlock_unlock(&ri->lock);
+	}
+	pthread_mutex_unlock(&rm->lock);
+}
+
 int dmarfs_remote_new(struct dmarfs *fs, struct dmarfs_node *node, const char *view, struct dmar_error *err)
 {
 	struct dmarfs_remote *rm = calloc(1, sizeof(*rm));
@@ -1532,9 +1550,10 @@ int dmarfs_remote_new(struct dmarfs *fs, struct dmarfs_node *node, const char *v
 		}
 		rm->view->keep = true;
 		rm->view->st = (struct stat){ .st_ino = 1, .st_mode = S_IFDIR | 0755, .st_nlink = 2 };
-		rm->view->st.st_atim = rm->view->st.st_mtim = rm->view->st.st_ctim = fs_now();
+		rm->view->st.st_atim = rm->view->st.st_mtim = rm->view->st.st_ctim = ns_now();
 	}
 	fs->remote = rm;
+	ns_add_owner(fs, remote_refs, fs);
 	return 0;
 }
 

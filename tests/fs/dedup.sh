@@ -117,8 +117,9 @@ check "removing all but one copy keeps the data, and all copies frees it"
 rm "$m/a" "$m/b" "$m/cp-never"
 [ "$(digest_uncached "$m/cp")" = "$src_sum" ] || fail "the last copy's SHA-256 changed after removing the others"
 rm "$m/cp"
-wait_used_below "$m" $((u0 + 4 * MiB)) 20 ||
-	fail "after removing every copy used is $(mib "$(used_bytes "$m")"), was $(mib "$u0") when empty"
+wait_data_below "$m" 1 20 ||
+	fail "after removing every copy the arena holds $(mib "$(data_bytes "$m")") of data ($(arena_check "$m"))"
+check_arena "$m" "the arena after removing every copy"
 fs_umount "$m"
 rm -f "$src"
 

@@ -99,10 +99,16 @@ fs_need_mount() {
 	need openssl
 }
 
-# fs_setup: check the prerequisites of a real mount and make $T.
+# fs_setup: check the prerequisites of a real mount and make $T.  The
+# test's arenas (named after the mounts' NAMEs, which tests running side by
+# side share) live in a run directory of its own on tmpfs, removed at
+# cleanup with whatever a killed daemon left there.
 fs_setup() {
 	fs_need_mount
 	T=$(mktemp -d "${TMPDIR:-/tmp}/dmarfs-$TEST_NAME.XXXXXX")
+	DMARFS_RUNDIR=$(mktemp -d /dev/shm/dmarfs-rundir-"$TEST_NAME".XXXXXX)
+	export DMARFS_RUNDIR
+	CLEANUP_DIRS="${CLEANUP_DIRS:-} $DMARFS_RUNDIR"
 	trap cleanup EXIT
 	trap 'exit 130' INT
 	trap 'exit 143' TERM
@@ -253,6 +259,50 @@ total_bytes() {
 
 xattr() {
 	"$FSUTIL" getxattr "$1" "$2"
+}
+
+# arena_check MNT: the mount's consistency check (user.dmar.check on its
+# root, check.h): one line of key=value figures, "state=ok" first when
+# every reserved byte has one owner and every chunk the references its
+# holders hold; then a "problem:" line when not.
+arena_check() {
+	"$FSUTIL" getxattr "$1" user.dmar.check
+}
+
+# check_arena MNT [WHAT]: fail unless the arena adds up.  A busy mount
+# (an encode still running) may be off for a moment: three tries.
+check_arena() {
+	_try=0
+	while :; do
+		_c=$(arena_check "$1") || fail "user.dmar.check of $1 failed"
+		case "$_c" in state=ok*) return 0 ;; esac
+		_try=$((_try + 1))
+		[ "$_try" -lt 3 ] || fail "${2:-the arena} does not add up: $_c"
+		sleep 1
+	done
+}
+
+# check_field LINE KEY: the value of KEY= in a check line.
+check_field() {
+	printf '%s\n' "$1" | tr ' ' '\n' | sed -n "s/^$2=//p" | head -n 1
+}
+
+# data_bytes MNT: arena bytes that hold data (chunk payloads and raw
+# extents): 0 once everything is deleted, whatever the journal holds.
+data_bytes() {
+	_c=$(arena_check "$1") || fail "user.dmar.check of $1 failed"
+	echo $(($(check_field "$_c" chunk_bytes) + $(check_field "$_c" raw)))
+}
+
+# wait_data_below MNT BYTES SECONDS: poll until data_bytes < BYTES; 0 if so.
+wait_data_below() {
+	_n=$(( $3 * 10 ))
+	while [ "$_n" -gt 0 ]; do
+		[ "$(data_bytes "$1")" -lt "$2" ] && return 0
+		sleep 0.1
+		_n=$((_n - 1))
+	done
+	return 1
 }
 
 # wait_state FILE STATE [SECONDS]: poll user.dmar.state until it is STATE.

@@ -24,7 +24,6 @@ fi
 failed=""
 for enc in dedup zstd none; do
 	fs_mount "size=256m,encode=$enc$extra"
-	used0=$(used_bytes "$MNT")
 	check "syscall exerciser, encode=$enc"
 	rc=0
 	timeout -k 5 150 "$SYSCALLS" "$MNT" "$size" "$enc" >"$T/syscalls.$enc.out" 2>&1 || rc=$?
@@ -45,15 +44,16 @@ for enc in dedup zstd none; do
 	n=100
 	while :; do
 		inodes=$(stat -f -c '%c %d' "$MNT" | awk '{ print $1 - $2 }')
-		used=$(used_bytes "$MNT")
-		[ "$inodes" -le 1 ] && [ "$used" -le "$used0" ] && break
+		used=$(data_bytes "$MNT")
+		[ "$inodes" -le 1 ] && [ "$used" = 0 ] && break
 		n=$((n - 1))
 		if [ "$n" = 0 ]; then
-			fail_later "encode=$enc: after deleting everything, $inodes inodes in use (expected 1: the root) and $(mib "$used") of arena used ($(mib "$used0") when fresh)"
+			fail_later "encode=$enc: after deleting everything, $inodes inodes in use (expected 1: the root) and $(mib "$used") of data in the arena ($(arena_check "$MNT"))"
 			break
 		fi
 		sleep 0.1
 	done
+	check_arena "$MNT" "encode=$enc: the arena after the exerciser"
 	fs_umount "$MNT"
 done
 [ -z "$failed" ] || fail_later "the exerciser reported failures with encode=$failed (see FAIL lines above)"

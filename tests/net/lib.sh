@@ -97,6 +97,10 @@ net_setup() {
 	need openssl
 	[ -n "$NET_PY" ] || skip "prerequisite 'python3' not found in PATH"
 	T=$(mktemp -d "${TMPDIR:-/tmp}/dmarfs-$TEST_NAME.XXXXXX")
+	# The nodes' arenas: a run directory of this test's (tests/fs/lib.sh).
+	DMARFS_RUNDIR=$(mktemp -d /dev/shm/dmarfs-rundir-"$TEST_NAME".XXXXXX)
+	export DMARFS_RUNDIR
+	CLEANUP_DIRS="${CLEANUP_DIRS:-} $DMARFS_RUNDIR"
 	trap net_cleanup EXIT
 	trap 'exit 130' INT
 	trap 'exit 143' TERM
