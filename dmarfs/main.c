@@ -14,6 +14,7 @@
 #include <spawn.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sys/vfs.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -100,7 +101,7 @@ static void set_readahead(const char *mountpoint, unsigned kb)
  * arena is kept (named arenas outlive the process), so the next mount of
  * the same name is how the files come back: detach the dead mount first.
  */
-static int detach_stale(const char *mnt)
+static int detach_one(const char *mnt)
 {
 	if (geteuid() == 0 && umount2(mnt, MNT_DETACH) == 0)
 		return 0;
@@ -110,6 +111,21 @@ static int detach_stale(const char *mnt)
 	if (posix_spawnp(&pid, "fusermount3", NULL, NULL, argv, environ) != 0 || waitpid(pid, &st, 0) < 0)
 		return -errno;
 	return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -EPERM;
+}
+
+/* Dead mounts can be stacked (a mount made on one whose death the
+ * kernel's caches hid): detach until the directory answers. */
+static int detach_stale(const char *mnt)
+{
+	struct statfs sf;
+	for (int k = 0; k < 16; k++) {
+		int e = detach_one(mnt);
+		if (e < 0)
+			return e;
+		if (statfs(mnt, &sf) == 0 || errno != ENOTCONN)
+			return 0;
+	}
+	return -EBUSY;
 }
 
 /*

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include "options.h"
@@ -318,9 +319,10 @@ int dmarfs_opts_parse(int argc, char **argv, struct dmarfs_opts *o)
 		fprintf(stderr, "dmarfs: mount point %s: %s\n", pos[1], strerror(errno));
 		return -EINVAL;
 	}
-	/* realpath may not ask the dead daemon (a cached dentry): stat does. */
-	struct stat st;
-	if (!o->stale && stat(o->mountpoint, &st) < 0 && errno == ENOTCONN)
+	/* realpath, and stat within the attribute timeout, may not ask the
+	 * dead daemon (cached dentry and attributes): statfs always does. */
+	struct statfs sf;
+	if (!o->stale && statfs(o->mountpoint, &sf) < 0 && errno == ENOTCONN)
 		o->stale = true;
 	if (!o->tls_cert != !o->tls_key) {
 		fputs("dmarfs: tls_cert= and tls_key= go together\n", stderr);

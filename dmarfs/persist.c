@@ -119,8 +119,20 @@ struct op_chunk {
  * go out in pieces of about FLUSH_AT bytes, at operation boundaries. */
 #define FLUSH_AT (8u << 20)
 /* A log shorter than this is never rewritten (a checkpoint then would
- * cost more than the replay it saves). */
+ * cost more than the replay it saves).  DMARFS_CHECKPOINT_MIN (bytes)
+ * overrides it: the crash tests make checkpoints frequent with it. */
 #define CKPT_MIN (4u << 20)
+
+static uint64_t ckpt_min(void)
+{
+	static uint64_t v;
+	if (!__atomic_load_n(&v, __ATOMIC_RELAXED)) {
+		const char *e = getenv("DMARFS_CHECKPOINT_MIN");
+		uint64_t x = e && *e ? strtoull(e, NULL, 10) : 0;
+		__atomic_store_n(&v, x ? x : CKPT_MIN, __ATOMIC_RELAXED);
+	}
+	return v;
+}
 /* Extents per CONTENT operation at most (a range with more is cut). */
 #define EXTS_PER_OP 65536
 
@@ -558,7 +570,7 @@ int persist_checkpoint(struct dmarfs *fs, bool force)
 	struct dmar_journal_stats js;
 	dmar_journal_stats(fs->cfg.journal, &js);
 	uint64_t last = __atomic_load_n(&fs->ckpt_bytes, __ATOMIC_RELAXED);
-	if (!force && (js.record_bytes < CKPT_MIN || js.record_bytes < 2 * last))
+	if (!force && (js.record_bytes < ckpt_min() || js.record_bytes < 2 * last))
 		return 0;
 	static uint64_t stamps;
 	struct ckpt c = { .fs = fs, .stamp = __atomic_add_fetch(&stamps, 1, __ATOMIC_RELAXED) };

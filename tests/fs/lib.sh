@@ -192,16 +192,24 @@ cleanup() {
 # dmarfs itself exits or does not come up.
 fs_mount() {
 	N_MOUNTS=$((N_MOUNTS + 1))
-	MNT=$T/mnt$N_MOUNTS
-	MNT_LOG=$T/dmarfs.$N_MOUNTS.log
-	mkdir "$MNT"
-	check "mount dmarfs -o $1 on $MNT"
-	"$DMARFS" "dmarfs-test" "$MNT" -o "$1" -f >"$MNT_LOG" 2>&1 &
+	mkdir "$T/mnt$N_MOUNTS"
+	fs_mount_at "dmarfs-test" "$T/mnt$N_MOUNTS" "$1"
+	[ $# -lt 2 ] || eval "$2=\$MNT"
+}
+
+# fs_mount_at NAME DIR OPTS: mount arena NAME (an existing one is attached)
+# on DIR, which may hold a dead mount; sets MNT, MNT_PID, MNT_LOG (each
+# mount of the test its own log, appended to).
+fs_mount_at() {
+	MNT=$2
+	MNT_LOG=$T/dmarfs.$(basename "$2").log
+	check "mount dmarfs $1 -o $3 on $MNT"
+	"$DMARFS" "$1" "$MNT" -o "$3" -f >>"$MNT_LOG" 2>&1 &
 	MNT_PID=$!
 	MOUNTS="$MOUNTS $MNT_PID:$MNT"
 	_n=$(( ${MOUNT_TIMEOUT:-120} * 10 ))
 	while :; do
-		if is_mounted "$MNT"; then
+		if is_mounted "$MNT" && kill -0 "$MNT_PID" 2>/dev/null; then
 			# in the table; now the daemon must answer
 			if timeout 10 stat -f "$MNT" >/dev/null 2>&1 && mountpoint -q "$MNT"; then
 				break
@@ -212,14 +220,29 @@ fs_mount() {
 			if grep -Eq 'Operation not permitted|Permission denied|fuse: device not found|No such device' "$MNT_LOG"; then
 				skip "cannot mount FUSE here: $(tr '\n' ' ' <"$MNT_LOG" | head -c 300)"
 			fi
-			fail "dmarfs exited ($_st) before the mount was ready: $(tr '\n' ' ' <"$MNT_LOG" | head -c 500)"
+			fail "dmarfs exited ($_st) before the mount was ready: $(tail -n 5 "$MNT_LOG" | tr '\n' ' ' | head -c 500)"
 		fi
 		_n=$((_n - 1))
 		[ "$_n" -gt 0 ] || fail "mount on $MNT not ready after ${MOUNT_TIMEOUT:-120} s"
 		sleep 0.1
 	done
-	[ $# -lt 2 ] || eval "$2=\$MNT"
-	say "mounted: $(head -n 3 "$MNT_LOG" | tr '\n' ' ')"
+	say "mounted: $(tail -n 3 "$MNT_LOG" | tr '\n' ' ')"
+}
+
+# fs_kill DIR: SIGKILL the daemon of DIR (its mount stays, dead) and
+# forget it; the next fs_mount_at on DIR detaches the dead mount.
+fs_kill() {
+	_new=""
+	for _m in $MOUNTS; do
+		if [ "${_m#*:}" = "$1" ]; then
+			kill -9 "${_m%%:*}" 2>/dev/null
+			wait "${_m%%:*}" 2>/dev/null || :
+		else
+			_new="$_new $_m"
+		fi
+	done
+	MOUNTS=$_new
+	CLEANUP_MOUNTS="${CLEANUP_MOUNTS:-} $1"
 }
 
 # fs_umount DIR: unmount and check that the daemon ends, with status 0.
