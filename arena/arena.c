@@ -140,7 +140,8 @@ int dmar_arena_new(struct dmar_arena **out, const struct dmar_arena_opts *o, str
 				dmar_arena_free(a);
 				return e;
 			}
-			set_owner(a->sb, o);
+			if (o->owner)
+				set_owner(a->sb, o);
 			describe_attached(a);
 		} else {
 			sb_init(a, o);

@@ -71,7 +71,8 @@ struct dmar_arena_opts {
 	const char *name;   /* 1..128 of [A-Za-z0-9._@+-], not starting with '.' */
 	bool fresh;         /* discard an arena of that name (unless in use) first */
 	bool keep;          /* recorded for dmar_arena_list: the owner keeps it at exit */
-	const char *owner;  /* recorded for dmar_arena_list: e.g. the mountpoint */
+	const char *owner;  /* recorded for dmar_arena_list: e.g. the mountpoint;
+			     * NULL on an attach leaves the last owner's record */
 };
 
 /* Bytes at the start of a named arena that its superblock holds. */

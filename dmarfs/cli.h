@@ -130,5 +130,8 @@ const char *cli_rate(double bytes_per_s, char *buf);
 int cmd_cp(int argc, char **argv);
 int cmd_nodes(int argc, char **argv);
 int cmd_watch(int argc, char **argv);
+int cmd_arenas(int argc, char **argv);
+int cmd_fsck(int argc, char **argv);
+int cmd_check(int argc, char **argv);
 
 #endif /* DMAR_CLI_H */

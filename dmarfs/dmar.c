@@ -45,6 +45,9 @@ static const char usage_text[] =
 	"                                   (SRC, DST: FILE or NODE:PATH)\n"
 	"  nodes  [--json]                  the peers: reachable?, arena, chunks\n"
 	"  watch  [--count N] NODE          follow a node's events (JSON lines)\n"
+	"  arenas [--json] | --drop NAME... the arenas mounts keep; free unused ones\n"
+	"  fsck   NAME                      check an arena no mount uses\n"
+	"  check  MOUNTPOINT                check a mounted arena\n"
 	"\n"
 	"Run `dmar COMMAND --help` for the options of each command.\n"
 	"  -h, --help       this help\n"
@@ -763,6 +766,9 @@ int main(int argc, char **argv)
 		{ "cp", cmd_cp },
 		{ "nodes", cmd_nodes },
 		{ "watch", cmd_watch },
+		{ "arenas", cmd_arenas },
+		{ "fsck", cmd_fsck },
+		{ "check", cmd_check },
 	};
 	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
 		if (!strcmp(cmd, cmds[i].name)) {

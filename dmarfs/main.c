@@ -21,6 +21,7 @@
 
 extern char **environ;
 
+#include "admin.h"
 #include "fs.h"
 #include "journal.h"
 #include "node.h"
@@ -164,8 +165,11 @@ static double mono_now(void)
 
 int main(int argc, char **argv)
 {
+	int r = dmarfs_admin(argc, argv);
+	if (r >= 0)
+		return r;
 	struct dmarfs_opts o;
-	int r = dmarfs_opts_parse(argc, argv, &o);
+	r = dmarfs_opts_parse(argc, argv, &o);
 	if (r)
 		return r > 0 ? 0 : 2;
 	int status = 1;

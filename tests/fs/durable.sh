@@ -51,11 +51,19 @@ while [ "$i" -le "$kills" ]; do
 	wait "$cpid" || fail "churn failed: $(cat "$T/churn.$i.out")"
 	CLEANUP_PIDS=""
 	say "  $(cat "$T/churn.$i.out")"
+	if [ "$i" = "$kills" ]; then
+		check "dmar fsck of the arena the killed daemon left"
+		"$DMAR" fsck "$name" >"$T/fsck.out" 2>&1 || fail "dmar fsck $name: $(cat "$T/fsck.out")"
+		sed 's/^/  /' "$T/fsck.out"
+		grep -q "^space: state=ok" "$T/fsck.out" || fail "dmar fsck did not say state=ok"
+		umount -l "$m" 2>/dev/null || :
+	fi
 	fs_mount_at "$name" "$m" "size=256m"
 	grep -q "re-attached arena $name" "$MNT_LOG" || fail "the mount did not re-attach arena $name"
 	"$CHURN" verify "$m" "$model" >"$T/verify.out" 2>&1 || fail "after kill $i: $(cat "$T/verify.out")"
 	say "  $(cat "$T/verify.out")"
 	check_arena "$m" "the arena after kill $i"
+	[ "$i" != 1 ] || "$DMAR" check "$m" >/dev/null || fail "dmar check $m: $("$DMAR" check "$m" 2>&1)"
 	i=$((i + 1))
 done
 grep "re-attached" "$MNT_LOG" | tail -n 1 | sed 's/^/  /'
@@ -84,7 +92,7 @@ rm "$m/held"
 fs_umount "$m"
 
 # ---- 4. umount, keep, fresh -------------------------------------------------------------
-arenas() { ls "$DMARFS_RUNDIR"/*/ 2>/dev/null | grep -c "\.arena$" || :; }
+arenas() { "$DMAR" arenas | grep -c '\(mounted\|kept\) ' || :; }
 check "umount (no keep) frees the arena; keep keeps it for the next mount; fresh starts empty"
 [ "$(arenas)" = 0 ] || fail "umount left an arena: $(ls -R "$DMARFS_RUNDIR")"
 fs_mount_at k "$m" "size=64m,keep"
@@ -92,6 +100,9 @@ echo kept >"$m/f"
 mkdir "$m/d"
 fs_umount "$m"
 [ "$(arenas)" = 1 ] || fail "umount of a keep mount removed its arena"
+"$DMAR" arenas | sed 's/^/  /'
+"$DMAR" arenas | grep -q '^k .* kept  *yes' || fail "dmar arenas does not show k kept: $("$DMAR" arenas)"
+"$DMAR" fsck k >"$T/fsck.out" 2>&1 || fail "dmar fsck k: $(cat "$T/fsck.out")"
 fs_mount_at k "$m" "keep"
 [ "$(cat "$m/f")" = kept ] && [ -d "$m/d" ] || fail "the kept arena does not show the files after umount and mount"
 fs_umount "$m"
@@ -114,6 +125,9 @@ timeout 60 "$DMARFS" bad "$m" -f -o size=64m >"$T/bad.out" 2>&1 || rc=$?
 [ "$rc" != 0 ] || fail "a damaged arena was mounted"
 grep -q "cannot be attached: .*damaged" "$T/bad.out" || fail "no clear message: $(cat "$T/bad.out")"
 [ -f "$a" ] || fail "the damaged arena was removed"
+rc=0
+"$DMAR" fsck bad >"$T/fsck.out" 2>&1 || rc=$?
+[ "$rc" = 1 ] && grep -q "DAMAGED" "$T/fsck.out" || fail "dmar fsck of the damaged arena: $rc $(cat "$T/fsck.out")"
 umount -l "$m" 2>/dev/null || :
 fs_mount_at bad "$m" "size=64m,fresh"
 [ -z "$(ls -A "$m")" ] || fail "fresh over a damaged arena is not empty"
