@@ -255,7 +255,16 @@ static int alloc_units(struct dmar_arena *a, uint64_t len, uint64_t *off, uint64
 
 int dmar_arena_alloc(struct dmar_arena *a, uint64_t len, uint64_t *off)
 {
-	return alloc_units(a, len, off, a->reserve_units);
+	int r = alloc_units(a, len, off, a->reserve_units);
+	if (r == -ENOSPC && a->reclaim && a->reclaim(a->reclaim_ctx))
+		r = alloc_units(a, len, off, a->reserve_units);
+	return r;
+}
+
+void dmar_arena_set_reclaim(struct dmar_arena *a, size_t (*fn)(void *ctx), void *ctx)
+{
+	a->reclaim = fn;
+	a->reclaim_ctx = ctx;
 }
 
 int dmar_arena_alloc_meta(struct dmar_arena *a, uint64_t len, uint64_t *off)

@@ -163,6 +163,12 @@ uint64_t dmar_arena_huge_bytes(const struct dmar_arena *a);
  * Fast when the arena has room; worst case reads the whole bitmap (32 KiB
  * per GiB of arena). */
 int dmar_arena_alloc(struct dmar_arena *a, uint64_t len, uint64_t *off);
+/* Space that can be given back on demand (a node's staged uploads): when
+ * a dmar_arena_alloc finds no room, fn is called (in the allocating
+ * thread, no arena lock held: it may release, never allocate) and, if it
+ * says it gave anything back (non-zero), the allocation is tried again.
+ * One reclaimer per arena; set it before the arena is shared. */
+void dmar_arena_set_reclaim(struct dmar_arena *a, size_t (*fn)(void *ctx), void *ctx);
 /* The same for the arena's own metadata (a named arena's journal): may
  * use the last DMAR_ARENA_META_RESERVE bytes (dmar_arena_reserve), which
  * dmar_arena_alloc leaves alone, so that records of what the data does --

@@ -74,6 +74,8 @@ struct dmar_arena {
 	struct dmar_store *store;  /* locks itself */
 	struct dmar_sb *sb;        /* named arenas: at the base; NULL otherwise */
 	uint64_t reserve_units;    /* kept back for dmar_arena_alloc_meta */
+	size_t (*reclaim)(void *ctx); /* dmar_arena_set_reclaim */
+	void *reclaim_ctx;
 };
 
 /* The chunk table of an arena: 0 or -ENOMEM. */

@@ -112,6 +112,11 @@ static void *idle_main(void *arg)
 			ns_forget_locked(fs, i, 1);
 			p = &fs->idle_head; /* the list may have changed */
 		}
+		if (!fs->idle_stop) {
+			pthread_mutex_unlock(&fs->ns);
+			ns_tick(fs);
+			pthread_mutex_lock(&fs->ns);
+		}
 		if (now_s >= next_ckpt && !fs->idle_stop) {
 			next_ckpt = now_s + CKPT_SECONDS;
 			pthread_mutex_unlock(&fs->ns);

@@ -25,8 +25,20 @@
 #include "peers.h"
 #include "server.h"
 
-/* How long an uploaded chunk waits for the commit that uses it. */
+/* How long an uploaded chunk waits for the commit that uses it
+ * (DMARFS_STAGE_SECONDS overrides it: the tests' expiry). */
 #define STAGE_SECONDS 600
+
+static uint64_t stage_seconds(void)
+{
+	static uint64_t v;
+	if (!__atomic_load_n(&v, __ATOMIC_RELAXED)) {
+		const char *e = getenv("DMARFS_STAGE_SECONDS");
+		uint64_t x = e && *e ? strtoull(e, NULL, 10) : 0;
+		__atomic_store_n(&v, x ? x : STAGE_SECONDS, __ATOMIC_RELAXED);
+	}
+	return v;
+}
 /* When the arena is full, staged chunks older than this are dropped to
  * make room: an upload that failed (its sender got ENOSPC and gave up)
  * must not hold the arena for STAGE_SECONDS.  A transfer still running
@@ -143,7 +155,7 @@ static void reap(struct dmarfs_node *n, uint64_t t)
 {
 	if (t < n->next_reap)
 		return;
-	n->next_reap = t + 10;
+	n->next_reap = t + (stage_seconds() < 10 ? 1 : 10);
 	stage_sweep(n, t, 0);
 }
 
@@ -157,7 +169,7 @@ static void stage_add(struct dmarfs_node *n, const struct dmar_id *id)
 	size_t b = bucket(id);
 	for (struct stage *s = n->stage[b]; s; s = s->next)
 		if (!memcmp(s->id.b, id->b, DMAR_HASH_SIZE)) {
-			s->expires = t + STAGE_SECONDS;
+			s->expires = t + stage_seconds();
 			s->added_ms = mono_ms();
 			pthread_mutex_unlock(&n->stage_lock);
 			dmar_store_unref(CTX(n)->arena, id);
@@ -166,7 +178,7 @@ static void stage_add(struct dmarfs_node *n, const struct dmar_id *id)
 	struct stage *s = malloc(sizeof(*s));
 	if (s) {
 		s->id = *id;
-		s->expires = t + STAGE_SECONDS;
+		s->expires = t + stage_seconds();
 		s->added_ms = mono_ms();
 		s->next = n->stage[b];
 		n->stage[b] = s;
@@ -193,13 +205,26 @@ static void stage_release(struct dmarfs_node *n, const struct dmar_recipe *r)
 	pthread_mutex_unlock(&n->stage_lock);
 }
 
-/* Drop the stages older than STAGE_PRESSURE_MS; how many went. */
-static size_t stage_shed(struct dmarfs_node *n)
+/* Drop the stages older than STAGE_PRESSURE_MS; how many went.  The
+ * arena's reclaimer: any allocation that finds the arena full (an upload,
+ * a local write, an encode) takes back the space of abandoned uploads
+ * before it fails with ENOSPC. */
+static size_t stage_shed(void *ctx)
 {
+	struct dmarfs_node *n = ctx;
 	pthread_mutex_lock(&n->stage_lock);
 	size_t gone = stage_sweep(n, 0, mono_ms() - STAGE_PRESSURE_MS);
 	pthread_mutex_unlock(&n->stage_lock);
 	return gone;
+}
+
+/* Expiry without requests: the idle thread's tick (ns_add_owner). */
+static void stage_tick(void *ctx)
+{
+	struct dmarfs_node *n = ctx;
+	pthread_mutex_lock(&n->stage_lock);
+	reap(n, mono());
+	pthread_mutex_unlock(&n->stage_lock);
 }
 
 /* For the check (check.h): one reference per staged chunk. */
@@ -455,9 +480,8 @@ static int op_resolve(void *ctx, struct dmar_id *ids, size_t cnt, unsigned idlen
 static int op_put_chunk(void *ctx, const struct dmar_wire_chunk *c, const uint8_t *decoded, struct dmar_error *err)
 {
 	struct dmarfs_node *n = ctx;
+	/* A full arena sheds old stages first (stage_reclaim). */
 	int r = dmar_fsctx_chunk_put(CTX(n), c, decoded);
-	if (r == -ENOSPC && stage_shed(n))
-		r = dmar_fsctx_chunk_put(CTX(n), c, decoded);
 	if (r == -ENOSPC)
 		return dmar_error_set(err, r, "arena full: %" PRIu64 " of %" PRIu64 " bytes used",
 				      dmar_arena_used(CTX(n)->arena), dmar_arena_size(CTX(n)->arena));
@@ -903,7 +927,8 @@ int dmarfs_node_new(struct dmarfs_node **out, struct dmarfs *fs, const struct dm
 	n->fs = fs;
 	n->cfg = *cfg;
 	pthread_mutex_init(&n->stage_lock, NULL);
-	ns_add_owner(fs, stage_refs, n);
+	ns_add_owner(fs, stage_refs, stage_tick, n);
+	dmar_arena_set_reclaim(CTX(n)->arena, stage_shed, n);
 	pthread_mutex_init(&n->xfer_lock, NULL);
 	int r = 0;
 	if (!(n->name = strdup(cfg->name ? cfg->name : "node"))) {
@@ -968,6 +993,7 @@ void dmarfs_node_free(struct dmarfs_node *n)
 	if (!n)
 		return;
 	dmar_server_stop(n->server);
+	dmar_arena_set_reclaim(CTX(n)->arena, NULL, NULL);
 	for (size_t i = 0; n->clients && i < n->npeers; i++)
 		dmar_client_free(n->clients[i]);
 	free(n->clients);

@@ -205,12 +205,21 @@ int dmarfs_new(struct dmarfs **out, const struct dmarfs_config *cfg)
 	return 0;
 }
 
-void ns_add_owner(struct dmarfs *fs, void (*refs)(void *ctx, const struct dmar_file_refs *r), void *ctx)
+void ns_add_owner(struct dmarfs *fs, void (*refs)(void *ctx, const struct dmar_file_refs *r),
+		  void (*tick)(void *ctx), void *ctx)
 {
 	if (fs->nowners == (int)(sizeof(fs->owners) / sizeof(fs->owners[0])))
 		abort(); /* a build with more owners than slots */
 	fs->owners[fs->nowners].refs = refs;
+	fs->owners[fs->nowners].tick = tick;
 	fs->owners[fs->nowners++].ctx = ctx;
+}
+
+void ns_tick(struct dmarfs *fs)
+{
+	for (int o = 0; o < fs->nowners; o++)
+		if (fs->owners[o].tick)
+			fs->owners[o].tick(fs->owners[o].ctx);
 }
 
 void dmarfs_free(struct dmarfs *fs)

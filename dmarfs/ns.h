@@ -122,6 +122,7 @@ struct dmarfs {
 	bool replaying;       /* persist.c's attach: contents hold nothing yet */
 	struct {
 		void (*refs)(void *ctx, const struct dmar_file_refs *r);
+		void (*tick)(void *ctx);
 		void *ctx;
 	} owners[4];
 	int nowners;
@@ -131,9 +132,13 @@ struct dmarfs {
 
 /* Holders of chunk references and arena space outside the tree (node.c's
  * staged uploads, remote.c's copies of peers' files): the consistency
- * check (check.h) asks each for what it holds.  Register before the
- * mount serves. */
-void ns_add_owner(struct dmarfs *fs, void (*refs)(void *ctx, const struct dmar_file_refs *r), void *ctx);
+ * check (check.h) asks each for what it holds (refs), and the idle
+ * thread calls tick (may be NULL) about once a second, for expiries.
+ * Register before the mount serves; they must outlive its session. */
+void ns_add_owner(struct dmarfs *fs, void (*refs)(void *ctx, const struct dmar_file_refs *r),
+		  void (*tick)(void *ctx), void *ctx);
+/* The owners' ticks (no lock held). */
+void ns_tick(struct dmarfs *fs);
 
 /* A new, empty filesystem over cfg's arena: 0, -ENOMEM. */
 int dmarfs_new(struct dmarfs **out, const struct dmarfs_config *cfg);

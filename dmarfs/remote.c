@@ -60,6 +60,8 @@ struct rinode {
 	unsigned opens;
 	bool loaded;            /* f holds the file's contents */
 	bool dirty;             /* f changed since it was shipped (or was created) */
+	int broken;             /* a change of f failed (-errno): f is not what the
+				 * writer meant, so it is never shipped; close says so */
 	int64_t loaded_mtime_ns;
 	uint64_t loaded_size;
 	struct dmar_file f;
@@ -618,6 +620,11 @@ static int ship(struct dmarfs *fs, struct rinode *ri)
 {
 	if (!ri->dirty)
 		return 0;
+	/* A write that failed (ENOSPC here) left f short of what the writer
+	 * wrote: shipping it would make a partial (or empty) file at the
+	 * peer.  Whole or not at all: close reports the write's error. */
+	if (ri->broken)
+		return ri->broken;
 	struct dmar_error err = { 0 };
 	struct dmar_fsctx c = fs->cfg.ctx;
 	if (c.encode == DMAR_ENCODE_NONE)
@@ -787,8 +794,11 @@ static void r_setattr(fuse_req_t req, struct rinode *ri, struct stat *attr, int 
 		goto out;
 	struct timespec t = ns_now();
 	if (to_set & FUSE_SET_ATTR_SIZE) {
-		if ((r = dmar_file_truncate(&ri->f, &fs->cfg.ctx, (uint64_t)attr->st_size)) < 0)
+		if ((r = dmar_file_truncate(&ri->f, &fs->cfg.ctx, (uint64_t)attr->st_size)) < 0) {
+			if (!ri->broken)
+				ri->broken = r;
 			goto out;
+		}
 		ri->st.st_mtim = t;
 	}
 	if (to_set & FUSE_SET_ATTR_MODE)
@@ -923,6 +933,7 @@ static void r_open(fuse_req_t req, struct rinode *ri, struct fuse_file_info *fi)
 		}
 		dmar_file_clear(&ri->f, &fs->cfg.ctx);
 		ri->loaded = ri->dirty = true;
+		ri->broken = 0;
 		ri->st.st_mtim = ns_now();
 	} else {
 		r = ensure_loaded(fs, ri, &err);
@@ -964,6 +975,8 @@ static void r_write(fuse_req_t req, struct rinode *ri, struct fuse_bufvec *bufv,
 	if (!r) {
 		ri->dirty = true;
 		ri->st.st_mtim = ns_now();
+	} else if (ri->loaded && !ri->broken) {
+		ri->broken = r;
 	}
 	pthread_rwlock_unlock(&ri->lock);
 	if (r < 0)
@@ -987,11 +1000,12 @@ static void r_release(fuse_req_t req, struct rinode *ri)
 	pthread_rwlock_wrlock(&ri->lock);
 	if (ri->opens)
 		ri->opens--;
-	if (!ri->opens && ri->dirty) {
+	if (!ri->opens && (ri->dirty || ri->broken)) {
 		/* Its ship failed (close said so): the changes cannot go
 		 * anywhere now. */
 		dmar_file_clear(&ri->f, &fs->cfg.ctx);
 		ri->loaded = ri->dirty = false;
+		ri->broken = 0;
 		ri->st_at = 0;
 	}
 	pthread_rwlock_unlock(&ri->lock);
@@ -1439,6 +1453,8 @@ static void w_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in, s
 	if (n > 0 && b) {
 		b->dirty = true;
 		b->st.st_mtim = ns_now();
+	} else if (n < 0 && b && b->loaded && !b->broken) {
+		b->broken = (int)n;
 	} else if (n > 0) {
 		li->mtime = li->ctime = ns_now();
 	}
@@ -1553,7 +1569,7 @@ int dmarfs_remote_new(struct dmarfs *fs, struct dmarfs_node *node, const char *v
 		rm->view->st.st_atim = rm->view->st.st_mtim = rm->view->st.st_ctim = ns_now();
 	}
 	fs->remote = rm;
-	ns_add_owner(fs, remote_refs, fs);
+	ns_add_owner(fs, remote_refs, NULL, fs);
 	return 0;
 }
 

@@ -504,9 +504,13 @@ static int call_perform(struct call *k)
 	k->answered = curl_easy_getinfo(k->h, CURLINFO_RESPONSE_CODE, &st) == CURLE_OK && st > 0;
 	if (k->cb_err)
 		return k->cb_err;
-	if (rc != CURLE_OK)
+	/* A node that refuses a request while its body is still being sent
+	 * (507: the arena is full) answers at once and closes: the send then
+	 * fails after the answer arrived.  The answer is what counts (an EIO
+	 * here made the same full arena look like a broken link). */
+	if (rc != CURLE_OK && !(k->answered && st >= 400 && (rc == CURLE_SEND_ERROR || rc == CURLE_RECV_ERROR)))
 		return transport_error(k, rc);
-	curl_easy_getinfo(k->h, CURLINFO_RESPONSE_CODE, &k->status);
+	k->status = st;
 	return 0;
 }
 
@@ -948,10 +952,15 @@ static void engine_init(struct engine *e, struct dmar_client *c, dmar_xfer_progr
 	clock_gettime(CLOCK_MONOTONIC, &e->t0);
 }
 
-/* Record a stream's failure; the first one wins and stops the others. */
+/* Record a stream's failure; the first one wins and stops the others,
+ * but for a plain I/O error, which the peer's own answer (ENOSPC from a
+ * stream whose request was answered) replaces: a full arena made one
+ * stream's connection close under it while another read the 507. */
 static void engine_fail(struct engine *e, int code, const struct dmar_error *err)
 {
 	pthread_mutex_lock(&e->lock);
+	if (e->err.code == -EIO && code != -EIO && code != -ECANCELED)
+		memset(&e->err, 0, sizeof(e->err));
 	if (!e->err.code) {
 		if (err && err->code)
 			dmar_error_set(&e->err, code, "%s", err->msg);

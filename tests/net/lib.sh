@@ -403,7 +403,7 @@ net_node_start() {
 	_log=$T/dmarfs.$1.log
 	mkdir -p "$_mnt"
 	check "start node $_name: dmarfs -o $_o on $_mnt"
-	nsenter --net="$(net_ns_path "$_name")" "$DMARFS" "$_name" "$_mnt" -f -o "$_o" >"$_log" 2>&1 &
+	nsenter --net="$(net_ns_path "$_name")" "$DMARFS" "$_name" "$_mnt" -f -o "$_o" >>"$_log" 2>&1 &
 	_pid=$!
 	eval "NODE_PID_$_name=\$_pid; NODE_MNT_$_name=\$_mnt"
 	NODE_MNT=$_mnt
