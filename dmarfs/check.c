@@ -140,7 +140,8 @@ int dmarfs_check(struct dmarfs *fs, char **report)
 	int e = dmar_arena_check(fs->cfg.ctx.arena, owners, &k, &rep);
 	struct refcmp c = { .k = &k };
 	if (!k.err) {
-		qsort(k.ids, k.n, sizeof(*k.ids), cmp_id);
+		if (k.n) /* an empty arena has no list */
+			qsort(k.ids, k.n, sizeof(*k.ids), cmp_id);
 		dmar_store_each(fs->cfg.ctx.arena, compare, &c);
 	}
 	pthread_mutex_unlock(&fs->ns);

@@ -277,7 +277,8 @@ static int own(struct dmar_file *f, struct dmar_fsctx *c)
 		free(e);
 		return r == -ENOENT ? -EIO : r;
 	}
-	memcpy(e, t->ext, t->n * sizeof(*e));
+	if (t->n) /* an empty file's table has no array */
+		memcpy(e, t->ext, t->n * sizeof(*e));
 	f->tab = NULL;
 	f->ext = e;
 	f->cap = t->n ? t->n : 1;

@@ -537,12 +537,9 @@ fail:;
 	return -2;
 }
 
-static int cmd_run(const char *dir, const char *file, uint64_t seed, long maxops)
+static int run_ops(const char *file, struct model *pre, struct model *post, long maxops)
 {
-	struct model *pre = calloc(1, sizeof(*pre)), *post = calloc(1, sizeof(*post));
 	bool pending;
-	root = dir;
-	rng = seed * 0x9e3779b97f4a7c15ull + 1;
 	if (load(file, pre, post, &pending) < 0 || pending) {
 		fprintf(stderr, "churn: %s: unreadable, or not verified since the last run\n", file);
 		return 3;
@@ -568,6 +565,24 @@ static int cmd_run(const char *dir, const char *file, uint64_t seed, long maxops
 	printf("churn: %ld operations done%s%s\n", done, r == -1 ? "; in flight when the daemon went: " : "",
 	       r == -1 ? what : "");
 	return 0;
+}
+
+static int cmd_run(const char *dir, const char *file, uint64_t seed, long maxops)
+{
+	struct model *pre = calloc(1, sizeof(*pre)), *post = calloc(1, sizeof(*post));
+	if (!pre || !post) {
+		free(pre);
+		free(post);
+		return 3;
+	}
+	root = dir;
+	rng = seed * 0x9e3779b97f4a7c15ull + 1;
+	int r = run_ops(file, pre, post, maxops);
+	model_free(pre);
+	model_free(post);
+	free(pre);
+	free(post);
+	return r;
 }
 
 /* ---- verify -------------------------------------------------------------- */
@@ -654,10 +669,8 @@ static bool same(const struct node *a, const struct node *m, const struct node *
 	return true;
 }
 
-static int cmd_verify(const char *dir, const char *file)
+static int verify(const char *dir, const char *file, struct model *pre, struct model *post, struct seen *s)
 {
-	struct model *pre = calloc(1, sizeof(*pre)), *post = calloc(1, sizeof(*post));
-	struct seen *s = calloc(1, sizeof(*s));
 	bool pending;
 	root = dir;
 	if (load(file, pre, post, &pending) < 0) {
@@ -704,6 +717,23 @@ static int cmd_verify(const char *dir, const char *file)
 		return 2;
 	printf("churn: %d paths as expected%s\n", s->m.count, pending ? " (an operation was in flight)" : "");
 	return 0;
+}
+
+static int cmd_verify(const char *dir, const char *file)
+{
+	struct model *pre = calloc(1, sizeof(*pre)), *post = calloc(1, sizeof(*post));
+	struct seen *s = calloc(1, sizeof(*s));
+	int r = pre && post && s ? verify(dir, file, pre, post, s) : 2;
+	if (pre)
+		model_free(pre);
+	if (post)
+		model_free(post);
+	if (s)
+		model_free(&s->m);
+	free(pre);
+	free(post);
+	free(s);
+	return r;
 }
 
 int main(int argc, char **argv)
