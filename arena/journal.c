@@ -345,6 +345,9 @@ int dmar_journal_rewrite_begin(struct dmar_journal *j)
 		j->old = j->cur;
 		j->cur = (struct chain){ .first_seq = j->seq };
 		j->rewriting = true;
+		/* The new log's segments grow from the first size again: the
+		 * state it holds may be far smaller than the history was. */
+		j->next_size = SEG_FIRST;
 	}
 	pthread_mutex_unlock(&j->mu);
 	return r;

@@ -105,7 +105,7 @@ static void *idle_main(void *arg)
 			 * the encode makes its plan stale, and it waits.  The
 			 * sync makes "5 s without writes" a durable state. */
 			if (live) {
-				fs_encode_inode(fs, i, false);
+				ns_encode(fs, i, &fs->cfg.ctx, 1);
 				(void)persist_sync(fs, i);
 			}
 			pthread_mutex_lock(&fs->ns);
@@ -593,60 +593,6 @@ static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	fuse_reply_err(req, -r);
 }
 
-/* Encode a file's RAW extents, one step at a time (file.c: each step
- * frees the RAW memory it converted, so a file nearly as big as the free
- * space still encodes).  The cutting, hashing and storing of a step run
- * under the shared lock: readers and stat go on, and what they read (RAW
- * memory) is not touched.  Only the swap takes the exclusive lock, and it
- * is the only place RAW memory is freed, so no reader can hold a pointer
- * into freed memory: a read replies before it drops the shared lock.  A
- * write in between makes the step's plan stale: it is redone up to tries
- * times in all.  An arena too full for even one chunk stops the encode
- * where it is; the file stays partly RAW, which reads the same.  Each
- * step of a file the journal holds is synced at once: the RAW memory it
- * frees is pending until then (file.h), and must be free for the next
- * step. */
-int fs_encode_with(struct dmarfs *fs, struct inode *i, struct dmar_fsctx *c, int tries)
-{
-	/* Encoders of one file take turns: two would cut and hash the same
-	 * bytes, and the one that commits second would find its plan stale
-	 * and, out of tries, give up on the rest of the file.  The second
-	 * finds the first's work done. */
-	pthread_mutex_lock(&i->encode_mu);
-	int r;
-	for (int stale = 0;;) {
-		struct dmar_encode_plan *plan = NULL;
-		pthread_rwlock_rdlock(&i->lock);
-		r = dmar_file_encode_prepare(&i->f, c, &plan);
-		pthread_rwlock_unlock(&i->lock);
-		if (r < 0 || !plan)
-			break;
-		pthread_rwlock_wrlock(&i->lock);
-		r = dmar_file_encode_commit(&i->f, c, plan);
-		bool durable = i->f.dur != NULL;
-		pthread_rwlock_unlock(&i->lock);
-		if (r == 0 && durable)
-			(void)persist_sync(fs, i);
-		if (r == -EAGAIN && ++stale < tries)
-			continue;
-		if (r < 0)
-			break;
-	}
-	pthread_mutex_unlock(&i->encode_mu);
-	return r;
-}
-
-void fs_encode_inode(struct dmarfs *fs, struct inode *i, bool retry)
-{
-	fs_encode_with(fs, i, &fs->cfg.ctx, retry ? 3 : 1);
-}
-
-void fs_encode_source(struct dmarfs *fs, struct inode *i)
-{
-	if (S_ISREG(i->mode) && fs->cfg.ctx.encode != DMAR_ENCODE_NONE && __atomic_load_n(&i->f.dirty, __ATOMIC_RELAXED))
-		fs_encode_inode(fs, i, true);
-}
-
 static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	(void)fi;
@@ -671,7 +617,7 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	 * now, after the reply (the kernel does not wait for RELEASE, so this
 	 * is off the application's path anyway), and record the result. */
 	if (last) {
-		fs_encode_inode(fs, i, false);
+		ns_encode(fs, i, &fs->cfg.ctx, 1);
 		(void)persist_sync(fs, i);
 		ns_forget(fs, i, 1);
 	}
@@ -687,7 +633,7 @@ static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_f
 	 * encode it, and record it before the reply. */
 	int r = 0;
 	if (S_ISREG(i->mode)) {
-		fs_encode_inode(fs, i, true);
+		ns_encode(fs, i, &fs->cfg.ctx, 3);
 		r = persist_sync(fs, i);
 	}
 	fuse_reply_err(req, -r);
@@ -807,7 +753,7 @@ static void op_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in, 
 	 * step by step with each step synced, so that the raw memory each
 	 * frees comes back at once (file.h: a file the journal holds keeps
 	 * the raw space it gives back until its next sync). */
-	fs_encode_source(fs, a);
+	ns_encode_source(fs, a);
 	/* Lock in address order; the same file once. */
 	struct inode *first = a < b ? a : b, *second = a < b ? b : a;
 	pthread_rwlock_wrlock(&first->lock);

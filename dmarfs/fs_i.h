@@ -15,16 +15,6 @@
 #define ATTR_TIMEOUT 1.0
 #define ENTRY_TIMEOUT 1.0
 
-/* Encode i's RAW extents with c (takes i->lock, step by step, syncing
- * each step of a file the journal holds): 0 when none was left at the
- * last look, -EAGAIN when writes made tries plans stale, -ENOSPC when
- * not even one chunk fitted, -ENOMEM. */
-int fs_encode_with(struct dmarfs *fs, struct inode *i, struct dmar_fsctx *c, int tries);
-/* The same with the mount's context; with retry, 3 tries, else 1. */
-void fs_encode_inode(struct dmarfs *fs, struct inode *i, bool retry);
-/* Before a copy_file_range shares i's chunks (dmar_file_share would
- * encode i itself, in one go, without a sync between steps): encode it. */
-void fs_encode_source(struct dmarfs *fs, struct inode *i);
 /* Reply to a read of f: the caller holds f's lock (shared is enough)
  * until this returns, since the reply points into the arena. */
 void fs_reply_read(fuse_req_t req, struct dmar_file *f, struct dmar_fsctx *c, size_t size, off_t off);

@@ -598,7 +598,7 @@ static int take_recipe(struct dmarfs *fs, struct inode *i, struct dmar_recipe *r
 	if (c.encode == DMAR_ENCODE_NONE)
 		c.encode = DMAR_ENCODE_DEDUP;
 	for (int tries = 0; tries < 8; tries++) {
-		int r = fs_encode_with(fs, i, &c, 1);
+		int r = ns_encode(fs, i, &c, 1);
 		if (r < 0 && r != -EAGAIN)
 			return r;
 		pthread_rwlock_wrlock(&i->lock);

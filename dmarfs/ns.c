@@ -949,3 +949,54 @@ int ns_commit_file(struct dmarfs *fs, struct inode *d, const char *name, struct 
 	pthread_mutex_unlock(&fs->ns);
 	return r;
 }
+
+/* ---- encoding ---------------------------------------------------------- */
+
+/* Encode a file's RAW extents, one step at a time (file.c: each step
+ * frees the RAW memory it converted, so a file nearly as big as the free
+ * space still encodes).  The cutting, hashing and storing of a step run
+ * under the shared lock: readers and stat go on, and what they read (RAW
+ * memory) is not touched.  Only the swap takes the exclusive lock, and it
+ * is the only place RAW memory is freed, so no reader can hold a pointer
+ * into freed memory: a read replies before it drops the shared lock.  A
+ * write in between makes the step's plan stale: it is redone up to tries
+ * times in all.  An arena too full for even one chunk stops the encode
+ * where it is; the file stays partly RAW, which reads the same.  Each
+ * step of a file the journal holds is synced at once: the RAW memory it
+ * frees is pending until then (file.h), and must be free for the next
+ * step. */
+int ns_encode(struct dmarfs *fs, struct inode *i, struct dmar_fsctx *c, int tries)
+{
+	/* Encoders of one file take turns: two would cut and hash the same
+	 * bytes, and the one that commits second would find its plan stale
+	 * and, out of tries, give up on the rest of the file.  The second
+	 * finds the first's work done. */
+	pthread_mutex_lock(&i->encode_mu);
+	int r;
+	for (int stale = 0;;) {
+		struct dmar_encode_plan *plan = NULL;
+		pthread_rwlock_rdlock(&i->lock);
+		r = dmar_file_encode_prepare(&i->f, c, &plan);
+		pthread_rwlock_unlock(&i->lock);
+		if (r < 0 || !plan)
+			break;
+		pthread_rwlock_wrlock(&i->lock);
+		r = dmar_file_encode_commit(&i->f, c, plan);
+		bool durable = i->f.dur != NULL;
+		pthread_rwlock_unlock(&i->lock);
+		if (r == 0 && durable)
+			(void)persist_sync(fs, i);
+		if (r == -EAGAIN && ++stale < tries)
+			continue;
+		if (r < 0)
+			break;
+	}
+	pthread_mutex_unlock(&i->encode_mu);
+	return r;
+}
+
+void ns_encode_source(struct dmarfs *fs, struct inode *i)
+{
+	if (S_ISREG(i->mode) && fs->cfg.ctx.encode != DMAR_ENCODE_NONE && __atomic_load_n(&i->f.dirty, __ATOMIC_RELAXED))
+		ns_encode(fs, i, &fs->cfg.ctx, 3);
+}

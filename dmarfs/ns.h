@@ -10,7 +10,7 @@
  * only translate: a FUSE request or an HTTP request in, -errno out.
  *
  * Locking (the order is the list's):
- *   i->encode_mu  one encoder of a file at a time (fs_encode_with);
+ *   i->encode_mu  one encoder of a file at a time (ns_encode);
  *   fs->ckpt   rwlock: shared around a change recorded without fs->ns (a
  *              file's contents or attributes), exclusive for a checkpoint
  *              (persist.c), which needs every record in one log;
@@ -243,6 +243,17 @@ int ns_walk(struct dmarfs *fs, const char *path, struct inode **out);
  * a directory (-EISDIR): in one step, recorded with its contents.
  * -ENOENT (d was removed), -ENOSPC. */
 int ns_commit_file(struct dmarfs *fs, struct inode *d, const char *name, struct inode *i, bool noreplace);
+
+/* ---- encoding: the one driver of every encode (close, idle, REST) ---- */
+
+/* Encode i's RAW extents with c (takes i->encode_mu and i->lock, step by
+ * step, syncing each step of a file the journal holds): 0 when none was
+ * left at the last look, -EAGAIN when writes made tries plans stale,
+ * -ENOSPC when not even one chunk fitted, -ENOMEM. */
+int ns_encode(struct dmarfs *fs, struct inode *i, struct dmar_fsctx *c, int tries);
+/* Before a copy shares i's chunks (dmar_file_share would encode i itself,
+ * in one go, without a sync between steps): encode it, if it needs it. */
+void ns_encode_source(struct dmarfs *fs, struct inode *i);
 
 /* ---- what persist.c replays through (ns held; no record is made) ---- */
 

@@ -1435,7 +1435,7 @@ static void w_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in, s
 	if (a && a == b)
 		return (void)fuse_reply_err(req, EINVAL); /* within one remote file: let cp copy */
 	if (!rin)
-		fs_encode_source(fs, LI(fs, ino_in));
+		ns_encode_source(fs, LI(fs, ino_in));
 	/* Remote inodes first (in address order), then the local one. */
 	struct rinode *r1 = a && b ? (a < b ? a : b) : a ? a : b, *r2 = a && b ? (a < b ? b : a) : NULL;
 	pthread_rwlock_wrlock(&r1->lock);
