@@ -6,7 +6,9 @@
  * then never loaded (libcrypto.h says why it is loaded on demand).
  * Without SHA-NI, libcrypto hashes: OpenSSL 3 looks a digest up by name
  * on every one-shot call, so the digest is fetched once and each thread
- * keeps one context, which matters at ~30 000 chunks per GiB.
+ * keeps one context, which matters at ~30 000 chunks per GiB.  Without
+ * libcrypto either, sha256.c's portable C code does: slower, never an
+ * abort in a mounted daemon.
  */
 #include "config.h"
 
@@ -24,21 +26,25 @@
 
 struct dmar_hash_ctx {
 #ifdef DMAR_SHA256_HW
-	bool hw;                   /* sha256.c (s), or libcrypto (ctx) */
+	bool hw;                   /* sha256.c's SHA-NI code (s) */
 	struct dmar_sha256_ctx s;
 #endif
-	EVP_MD_CTX *ctx;
+	EVP_MD_CTX *ctx;           /* else libcrypto, or where it is missing */
+	struct dmar_sha256_sw sw;  /* (ctx NULL) portable C */
 };
 
 static pthread_once_t md_once = PTHREAD_ONCE_INIT;
 static pthread_key_t tls_key;
+static bool have_ossl;
 #define C dmar_libcrypto
 
-static void must(int ok)
+/* An incremental context's libcrypto call failed: its state is lost, and
+ * there is no error path to say so.  EVP_DigestUpdate/Final of SHA-256
+ * on a context that initialised fail only in a broken libcrypto. */
+static void abort_on(bool failed)
 {
-	if (!ok) {
-		/* Only a broken libcrypto gets here; there is no sane fallback. */
-		fputs("dmar: libcrypto SHA-256 failed\n", stderr);
+	if (failed) {
+		fputs("dmar: libcrypto SHA-256 failed mid-message\n", stderr);
 		abort();
 	}
 }
@@ -48,38 +54,63 @@ static void free_tls(void *p)
 	C.md_ctx_free(p);
 }
 
+static bool env_off(const char *name);
+
 static void md_init(void)
 {
 	struct dmar_error err = { 0 };
-	if (dmar_libcrypto_load(&err) < 0) {
-		/* Hashing has no error path: without SHA-NI and without
-		 * libcrypto there is no SHA-256 at all. */
-		fprintf(stderr, "dmar: SHA-256 needs libcrypto on this CPU (no SHA-NI, or DMAR_HASH_NO_SHANI): %s\n",
-			err.msg);
-		abort();
+	/* DMAR_HASH_NO_LIBCRYPTO: the portable code, as on a machine without
+	 * libcrypto (for tests, like DMAR_HASH_NO_SHANI). */
+	if (env_off("DMAR_HASH_NO_LIBCRYPTO")) {
+		fputs("dmar: SHA-256 in portable C (DMAR_HASH_NO_LIBCRYPTO)\n", stderr);
+		return;
 	}
-	must(pthread_key_create(&tls_key, free_tls) == 0);
+	if (dmar_libcrypto_load(&err) < 0) {
+		/* Hashing has no error path, and needs none: it goes on in
+		 * portable C, slower, and says so once. */
+		fprintf(stderr, "dmar: SHA-256 in portable C (about 10x slower): no SHA-NI on this CPU (or DMAR_HASH_NO_SHANI), and %s\n",
+			err.msg);
+		return;
+	}
+	have_ossl = pthread_key_create(&tls_key, free_tls) == 0;
 }
 
+/* This thread's libcrypto context, or NULL: hash in portable C. */
 static EVP_MD_CTX *thread_ctx(void)
 {
 	pthread_once(&md_once, md_init);
+	if (!have_ossl)
+		return NULL;
 	EVP_MD_CTX *c = pthread_getspecific(tls_key);
-	if (!c) {
-		c = C.md_ctx_new();
-		must(c != NULL);
-		must(pthread_setspecific(tls_key, c) == 0);
+	if (!c && (c = C.md_ctx_new()) && pthread_setspecific(tls_key, c) != 0) {
+		C.md_ctx_free(c);
+		c = NULL;
 	}
 	return c;
 }
 
-static void ossl_hash(const void *buf, size_t len, struct dmar_id *out)
+/* SHA-256 of the n pieces of iov, by libcrypto where it works, else (no
+ * libcrypto, or a call of it failing) in portable C. */
+static void soft_hash_iov(const struct iovec *iov, int n, struct dmar_id *out)
 {
 	EVP_MD_CTX *c = thread_ctx();
-	unsigned int n = 0;
-	must(C.digest_init_ex(c, C.sha256, NULL));
-	must(C.digest_update(c, buf, len));
-	must(C.digest_final_ex(c, out->b, &n));
+	unsigned int len = 0;
+	bool ok = c && C.digest_init_ex(c, C.sha256, NULL);
+	for (int i = 0; ok && i < n; i++)
+		ok = C.digest_update(c, iov[i].iov_base, iov[i].iov_len);
+	if (ok && C.digest_final_ex(c, out->b, &len))
+		return;
+	struct dmar_sha256_sw sw;
+	dmar_sha256_sw_init(&sw);
+	for (int i = 0; i < n; i++)
+		dmar_sha256_sw_update(&sw, iov[i].iov_base, iov[i].iov_len);
+	dmar_sha256_sw_final(&sw, out->b);
+}
+
+static void ossl_hash(const void *buf, size_t len, struct dmar_id *out)
+{
+	struct iovec v = { (void *)buf, len };
+	soft_hash_iov(&v, 1, out);
 }
 
 /*
@@ -322,12 +353,7 @@ void dmar_hash_iov(const struct iovec *iov, int n, struct dmar_id *out)
 		return;
 	}
 #endif
-	EVP_MD_CTX *c = thread_ctx();
-	unsigned int len = 0;
-	must(C.digest_init_ex(c, C.sha256, NULL));
-	for (int i = 0; i < n; i++)
-		must(C.digest_update(c, iov[i].iov_base, iov[i].iov_len));
-	must(C.digest_final_ex(c, out->b, &len));
+	soft_hash_iov(iov, n, out);
 }
 
 struct dmar_hash_ctx *dmar_hash_ctx_new(void)
@@ -343,13 +369,12 @@ struct dmar_hash_ctx *dmar_hash_ctx_new(void)
 	}
 #endif
 	pthread_once(&md_once, md_init);
-	h->ctx = C.md_ctx_new();
-	if (!h->ctx || !C.digest_init_ex(h->ctx, C.sha256, NULL)) {
-		if (h->ctx)
-			C.md_ctx_free(h->ctx);
-		free(h);
-		return NULL;
+	if (have_ossl && (h->ctx = C.md_ctx_new()) && !C.digest_init_ex(h->ctx, C.sha256, NULL)) {
+		C.md_ctx_free(h->ctx);
+		h->ctx = NULL;
 	}
+	if (!h->ctx)
+		dmar_sha256_sw_init(&h->sw);
 	return h;
 }
 
@@ -361,7 +386,10 @@ void dmar_hash_ctx_update(struct dmar_hash_ctx *h, const void *buf, size_t len)
 		return;
 	}
 #endif
-	must(C.digest_update(h->ctx, buf, len));
+	if (h->ctx)
+		abort_on(!C.digest_update(h->ctx, buf, len));
+	else
+		dmar_sha256_sw_update(&h->sw, buf, len);
 }
 
 void dmar_hash_ctx_final(struct dmar_hash_ctx *h, struct dmar_id *out)
@@ -374,8 +402,12 @@ void dmar_hash_ctx_final(struct dmar_hash_ctx *h, struct dmar_id *out)
 	}
 #endif
 	unsigned int n = 0;
-	must(C.digest_final_ex(h->ctx, out->b, &n));
-	must(C.digest_init_ex(h->ctx, C.sha256, NULL));
+	if (h->ctx) {
+		abort_on(!C.digest_final_ex(h->ctx, out->b, &n) || !C.digest_init_ex(h->ctx, C.sha256, NULL));
+	} else {
+		dmar_sha256_sw_final(&h->sw, out->b);
+		dmar_sha256_sw_init(&h->sw);
+	}
 }
 
 void dmar_hash_ctx_free(struct dmar_hash_ctx *h)

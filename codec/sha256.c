@@ -11,19 +11,16 @@
  * instead of the whole file being built with -msha or -mavx512f: the rest
  * of the binary must run on CPUs without them, and hash.c only calls in
  * here after dmar_sha256_cpu() or dmar_sha256_x16_cpu() said yes.
+ *
+ * At the end, SHA-256 in portable C: what hashes where there is neither
+ * SHA-NI nor a libcrypto to load.
  */
 #include "config.h"
 
-#include "sha256.h"
-
-#ifdef DMAR_SHA256_HW
-
-#include <cpuid.h>
-#include <immintrin.h>
 #include <stdint.h>
 #include <string.h>
 
-#define TARGET __attribute__((target("sha,sse4.1,ssse3")))
+#include "sha256.h"
 
 static const uint32_t K[64] __attribute__((aligned(16))) = {
 	0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
@@ -39,6 +36,13 @@ static const uint32_t K[64] __attribute__((aligned(16))) = {
 static const uint32_t IV[8] = {
 	0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19,
 };
+
+#ifdef DMAR_SHA256_HW
+
+#include <cpuid.h>
+#include <immintrin.h>
+
+#define TARGET __attribute__((target("sha,sse4.1,ssse3")))
 
 bool dmar_sha256_cpu(void)
 {
@@ -494,7 +498,98 @@ void dmar_sha256_stream_x16(dmar_sha256_next_fn next, void *ctx, bool hw_tail)
 	drain2(l, 16);
 }
 
-#else
-/* Not x86-64: hash.c uses libcrypto alone.  ISO C wants a declaration. */
-typedef int dmar_sha256_unused;
 #endif /* DMAR_SHA256_HW */
+
+/* ---- portable C -------------------------------------------------------- */
+
+#define ROR(x, n) (((x) >> (n)) | ((x) << (32 - (n))))
+
+static void sw_block(uint32_t st[8], const uint8_t *p)
+{
+	uint32_t w[64];
+	for (int i = 0; i < 16; i++)
+		w[i] = (uint32_t)p[4 * i] << 24 | (uint32_t)p[4 * i + 1] << 16 | (uint32_t)p[4 * i + 2] << 8 |
+		       p[4 * i + 3];
+	for (int i = 16; i < 64; i++) {
+		uint32_t s0 = ROR(w[i - 15], 7) ^ ROR(w[i - 15], 18) ^ (w[i - 15] >> 3);
+		uint32_t s1 = ROR(w[i - 2], 17) ^ ROR(w[i - 2], 19) ^ (w[i - 2] >> 10);
+		w[i] = w[i - 16] + s0 + w[i - 7] + s1;
+	}
+	uint32_t a = st[0], b = st[1], c = st[2], d = st[3], e = st[4], f = st[5], g = st[6], h = st[7];
+	for (int i = 0; i < 64; i++) {
+		uint32_t t1 = h + (ROR(e, 6) ^ ROR(e, 11) ^ ROR(e, 25)) + ((e & f) ^ (~e & g)) + K[i] + w[i];
+		uint32_t t2 = (ROR(a, 2) ^ ROR(a, 13) ^ ROR(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
+		h = g;
+		g = f;
+		f = e;
+		e = d + t1;
+		d = c;
+		c = b;
+		b = a;
+		a = t1 + t2;
+	}
+	st[0] += a;
+	st[1] += b;
+	st[2] += c;
+	st[3] += d;
+	st[4] += e;
+	st[5] += f;
+	st[6] += g;
+	st[7] += h;
+}
+
+void dmar_sha256_sw_init(struct dmar_sha256_sw *c)
+{
+	memcpy(c->st, IV, sizeof(IV));
+	c->len = 0;
+}
+
+void dmar_sha256_sw_update(struct dmar_sha256_sw *c, const void *buf, size_t len)
+{
+	const uint8_t *p = buf;
+	size_t fill = (size_t)(c->len % 64);
+	c->len += len;
+	if (fill) {
+		size_t n = 64 - fill < len ? 64 - fill : len;
+		memcpy(c->buf + fill, p, n);
+		p += n;
+		len -= n;
+		if (fill + n < 64)
+			return;
+		sw_block(c->st, c->buf);
+	}
+	for (; len >= 64; p += 64, len -= 64)
+		sw_block(c->st, p);
+	if (len)
+		memcpy(c->buf, p, len);
+}
+
+void dmar_sha256_sw_final(struct dmar_sha256_sw *c, uint8_t out[32])
+{
+	uint64_t bits = c->len * 8;
+	size_t fill = (size_t)(c->len % 64);
+	c->buf[fill++] = 0x80;
+	if (fill > 56) {
+		memset(c->buf + fill, 0, 64 - fill);
+		sw_block(c->st, c->buf);
+		fill = 0;
+	}
+	memset(c->buf + fill, 0, 56 - fill);
+	for (int i = 0; i < 8; i++)
+		c->buf[56 + i] = (uint8_t)(bits >> (56 - 8 * i));
+	sw_block(c->st, c->buf);
+	for (int i = 0; i < 8; i++) {
+		out[4 * i] = (uint8_t)(c->st[i] >> 24);
+		out[4 * i + 1] = (uint8_t)(c->st[i] >> 16);
+		out[4 * i + 2] = (uint8_t)(c->st[i] >> 8);
+		out[4 * i + 3] = (uint8_t)c->st[i];
+	}
+}
+
+void dmar_sha256_sw(const void *buf, size_t len, uint8_t out[32])
+{
+	struct dmar_sha256_sw c;
+	dmar_sha256_sw_init(&c);
+	dmar_sha256_sw_update(&c, buf, len);
+	dmar_sha256_sw_final(&c, out);
+}

@@ -10,7 +10,8 @@
  * codec hashes tens of thousands of independent chunks per GiB, so it
  * feeds them through two lanes (dmar_sha256_stream).
  *
- * hash.c is the only user: it picks this code or libcrypto at run time.
+ * hash.c is the only user: it picks this code or libcrypto at run time,
+ * and the portable C code at the end where it has neither.
  * Everything here exists only where DMAR_SHA256_HW is defined (x86-64);
  * callers must also check dmar_sha256_cpu() (or, for the x16 stream,
  * dmar_sha256_x16_cpu()) before using it.
@@ -21,6 +22,18 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+/* SHA-256 in portable C (about a tenth of SHA-NI's speed): the last
+ * resort, on any CPU. */
+struct dmar_sha256_sw {
+	uint32_t st[8];
+	uint64_t len;
+	uint8_t buf[64];
+};
+void dmar_sha256_sw_init(struct dmar_sha256_sw *c);
+void dmar_sha256_sw_update(struct dmar_sha256_sw *c, const void *buf, size_t len);
+void dmar_sha256_sw_final(struct dmar_sha256_sw *c, uint8_t out[32]);
+void dmar_sha256_sw(const void *buf, size_t len, uint8_t out[32]);
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define DMAR_SHA256_HW 1

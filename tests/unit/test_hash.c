@@ -29,6 +29,7 @@
 
 #include "crc32c.h"
 #include "hash.h"
+#include "sha256.h"
 
 static void assert_id_hex(const struct dmar_id *id, const char *want)
 {
@@ -596,8 +597,14 @@ static int probe(const char *name, const char *env)
 	if (pid == 0) {
 		unsetenv("DMAR_HASH_NO_SHANI");
 		unsetenv("DMAR_HASH_NO_AVX512");
+		unsetenv("DMAR_HASH_NO_LIBCRYPTO");
 		if (env)
 			setenv(name, env, 1);
+		if (!strcmp(name, "DMAR_HASH_NO_LIBCRYPTO")) {
+			/* nothing but the portable code */
+			setenv("DMAR_HASH_NO_SHANI", "1", 1);
+			setenv("DMAR_HASH_NO_AVX512", "1", 1);
+		}
 		setenv("DMAR_TEST_HASH_PROBE", "1", 1);
 		execl("/proc/self/exe", "test_hash", (char *)NULL);
 		_exit(127);
@@ -619,6 +626,33 @@ static void test_env_off(void **state)
 	assert_int_equal(probe("DMAR_HASH_NO_SHANI", ""), 20 + hw + x16);
 	assert_int_equal(probe("DMAR_HASH_NO_AVX512", "1"), 20 + hw);
 	assert_int_equal(probe("DMAR_HASH_NO_AVX512", "0"), 20 + hw + x16);
+	/* Neither SHA-NI nor libcrypto: the portable code hashes right. */
+	assert_int_equal(probe("DMAR_HASH_NO_LIBCRYPTO", "1"), 20);
+}
+
+/* The portable code against libcrypto: every length around the padding
+ * boundaries, whole and in pieces of every size. */
+static void test_portable(void **state)
+{
+	(void)state;
+	uint8_t buf[300], want[32], got[32];
+	uint64_t s = 7;
+	for (size_t i = 0; i < sizeof(buf); i++)
+		buf[i] = (uint8_t)(xorshift64(&s) >> 13);
+	for (size_t len = 0; len <= sizeof(buf); len++) {
+		unsigned n = 0;
+		assert_true(EVP_Digest(buf, len, want, &n, EVP_sha256(), NULL));
+		dmar_sha256_sw(buf, len, got);
+		assert_memory_equal(got, want, 32);
+		for (size_t piece = 1; piece <= 70; piece += 23) {
+			struct dmar_sha256_sw c;
+			dmar_sha256_sw_init(&c);
+			for (size_t at = 0; at < len; at += piece)
+				dmar_sha256_sw_update(&c, buf + at, len - at < piece ? len - at : piece);
+			dmar_sha256_sw_final(&c, got);
+			assert_memory_equal(got, want, 32);
+		}
+	}
 }
 
 /* --- threads ------------------------------------------------------------ */
@@ -752,12 +786,24 @@ int main(int argc, char **argv)
 			if (strcmp(hex, SHA_448))
 				return 13;
 		}
+		/* And a message in pieces. */
+		struct dmar_hash_ctx *h = dmar_hash_ctx_new();
+		if (!h)
+			return 14;
+		for (const char *p = MSG_448; *p; p++)
+			dmar_hash_ctx_update(h, p, 1);
+		dmar_hash_ctx_final(h, &id);
+		dmar_hash_ctx_free(h);
+		dmar_hex(id.b, DMAR_HASH_SIZE, hex);
+		if (strcmp(hex, SHA_448))
+			return 15;
 		return 20 + (dmar_hash_hw() ? 1 : 0) + (dmar_hash_x16() ? 2 : 0);
 	}
 	if (argc > 1)
 		cmocka_set_test_filter(argv[1]);
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_known_answers),
+		cmocka_unit_test(test_portable),
 		cmocka_unit_test(test_crc32c),
 		cmocka_unit_test(test_incremental_known),
 		cmocka_unit_test(test_incremental_equals_oneshot),
