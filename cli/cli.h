@@ -63,7 +63,7 @@ void cli_progress_init(struct cli_progress *p, const char *what, uint64_t total)
 void cli_progress_cb(void *ctx, uint64_t done);
 void cli_progress_end(struct cli_progress *p);
 
-/* Samples for mining a byte pack (dmarfs/mine.c). */
+/* Samples for mining a byte pack (cli/mine.c). */
 struct cli_samples {
 	uint8_t *buf;
 	size_t len, cap;
