@@ -277,9 +277,14 @@ uint64_t dmar_arena_reserve(const struct dmar_arena *a)
 	return a->reserve_units * DMAR_ARENA_UNIT;
 }
 
+void dmar_arena_abandon(struct dmar_arena *a)
+{
+	atomic_store(&a->abandoned, true);
+}
+
 void dmar_arena_release(struct dmar_arena *a, uint64_t off, uint64_t len)
 {
-	if (!len)
+	if (!len || atomic_load_explicit(&a->abandoned, memory_order_relaxed))
 		return;
 	/* A range that is not reserved as a whole means two owners think
 	 * they hold it; carrying on would hand the same bytes out twice. */

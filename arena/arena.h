@@ -105,6 +105,11 @@ int dmar_arena_remove(struct dmar_arena *a);
  * DMAR_ARENA_UNIT), -EEXIST (some of it is claimed already: two owners
  * of the same bytes, a damaged journal). */
 int dmar_arena_claim(struct dmar_arena *a, uint64_t off, uint64_t len);
+/* After an attach the caller refuses (its records do not add up): what
+ * it claimed is not to be trusted, so from now on releases of space are
+ * ignored, and the teardown of whatever the caller built leaves the arena
+ * as it is for dmar_arena_free. */
+void dmar_arena_abandon(struct dmar_arena *a);
 
 /* Every named arena on this machine (rundir.h), in no set order: fn is
  * called with each; a non-zero return stops the walk and is returned. */

@@ -11,6 +11,8 @@
 #ifndef DMAR_ARENA_I_H
 #define DMAR_ARENA_I_H
 
+#include <stdatomic.h>
+
 #include "alloc.h"
 #include "arena.h"
 #include "region.h"
@@ -76,6 +78,7 @@ struct dmar_arena {
 	uint64_t reserve_units;    /* kept back for dmar_arena_alloc_meta */
 	size_t (*reclaim)(void *ctx); /* dmar_arena_set_reclaim */
 	void *reclaim_ctx;
+	atomic_bool abandoned;     /* dmar_arena_abandon */
 };
 
 /* The chunk table of an arena: 0 or -ENOMEM. */

@@ -865,6 +865,9 @@ static int rp_record(void *ctx, uint64_t seq, const void *rec, size_t len)
 		const uint8_t *body = h ? take(&c, h->len) : NULL;
 		if (!body)
 			return BAD(p, "journal record %" PRIu64 ": an operation runs past its end", seq);
+		if (h->len % 8) /* the next header would be misaligned */
+			return BAD(p, "journal record %" PRIu64 ": an operation of %" PRIu32 " bytes, not a multiple of 8",
+				   seq, h->len);
 		struct cur b = { body, body + h->len };
 		int e;
 		switch (h->type) {
@@ -958,5 +961,9 @@ int persist_attach(struct dmarfs *fs, struct persist_stats *st, struct dmar_erro
 	fs->ckpt_bytes = js.record_bytes / 2; /* unknown: as if half of it were state */
 	free(p.tab);
 	free(p.x);
+	/* Refused: the files activated so far claimed space the rest of the
+	 * records may also claim; tearing them down must not give it back. */
+	if (e < 0)
+		dmar_arena_abandon(fs->cfg.ctx.arena);
 	return e;
 }
