@@ -345,8 +345,10 @@ out:
 	if (se)
 		fuse_session_destroy(se);
 	fuse_opt_free_args(&args);
-	/* The server first: its requests act on fs. */
-	dmarfs_node_free(node);
+	/* The server first: its requests act on fs; then the idle thread,
+	 * whose ticks reach the node's stages.  The node itself goes after
+	 * them, before fs: its stages hold references in fs's arena. */
+	dmarfs_node_stop(node);
 	if (fs)
 		dmarfs_stop(fs);
 	/* A clean end: with keep, the journal rewritten as the tree is now
@@ -360,6 +362,7 @@ out:
 	} else if (served && arena && dmar_arena_remove(arena) < 0) {
 		fprintf(stderr, "dmarfs: removing arena %s: %s\n", o.source, strerror(errno));
 	}
+	dmarfs_node_free(node);
 	dmarfs_free(fs);
 	dmar_journal_free(journal);
 	dmar_bytepack_free(pack);

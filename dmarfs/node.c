@@ -927,8 +927,7 @@ int dmarfs_node_new(struct dmarfs_node **out, struct dmarfs *fs, const struct dm
 	n->fs = fs;
 	n->cfg = *cfg;
 	pthread_mutex_init(&n->stage_lock, NULL);
-	ns_add_owner(fs, stage_refs, stage_tick, n);
-	dmar_arena_set_reclaim(CTX(n)->arena, stage_shed, n);
+	ns_add_owner(fs, stage_refs, stage_tick, stage_shed, n);
 	pthread_mutex_init(&n->xfer_lock, NULL);
 	int r = 0;
 	if (!(n->name = strdup(cfg->name ? cfg->name : "node"))) {
@@ -988,12 +987,19 @@ int dmarfs_node_start(struct dmarfs_node *n, struct dmar_error *err)
 	return dmar_server_start(&n->server, &so, &node_ops, n, err);
 }
 
-void dmarfs_node_free(struct dmarfs_node *n)
+void dmarfs_node_stop(struct dmarfs_node *n)
 {
 	if (!n)
 		return;
 	dmar_server_stop(n->server);
-	dmar_arena_set_reclaim(CTX(n)->arena, NULL, NULL);
+	n->server = NULL;
+}
+
+void dmarfs_node_free(struct dmarfs_node *n)
+{
+	if (!n)
+		return;
+	dmarfs_node_stop(n);
 	for (size_t i = 0; n->clients && i < n->npeers; i++)
 		dmar_client_free(n->clients[i]);
 	free(n->clients);

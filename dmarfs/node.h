@@ -43,7 +43,12 @@ int dmarfs_node_new(struct dmarfs_node **out, struct dmarfs *fs, const struct dm
 /* Start serving (after the fork: the server's threads must live in the
  * daemon).  0 or -errno with err. */
 int dmarfs_node_start(struct dmarfs_node *n, struct dmar_error *err);
-/* Stop serving and free everything.  NULL-safe. */
+/* Stop serving (the REST API): no request acts on the mount after this.
+ * NULL-safe. */
+void dmarfs_node_stop(struct dmarfs_node *n);
+/* Stop serving and free everything, the staged uploads' references in
+ * the arena too: after the idle thread stopped (its ticks reach the
+ * stages), before the mount's fs goes.  NULL-safe. */
 void dmarfs_node_free(struct dmarfs_node *n);
 
 const char *dmarfs_node_name(const struct dmarfs_node *n);

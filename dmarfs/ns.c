@@ -173,6 +173,18 @@ nlink_t ns_nlink(struct dmarfs *fs, struct inode *i)
 	return n;
 }
 
+/* The arena's reclaimer: every owner's shed, in the order they came (the
+ * node's abandoned uploads before the copies of peers' files). */
+static size_t ns_reclaim(void *ctx)
+{
+	struct dmarfs *fs = ctx;
+	size_t gone = 0;
+	for (int o = 0; o < fs->nowners; o++)
+		if (fs->owners[o].shed)
+			gone += fs->owners[o].shed(fs->owners[o].ctx);
+	return gone;
+}
+
 int dmarfs_new(struct dmarfs **out, const struct dmarfs_config *cfg)
 {
 	struct dmarfs *fs = calloc(1, sizeof(*fs));
@@ -201,17 +213,19 @@ int dmarfs_new(struct dmarfs **out, const struct dmarfs_config *cfg)
 	}
 	fs->root->nlink = 2;
 	fs->root->nlookup = 1;
+	dmar_arena_set_reclaim(cfg->ctx.arena, ns_reclaim, fs);
 	*out = fs;
 	return 0;
 }
 
 void ns_add_owner(struct dmarfs *fs, void (*refs)(void *ctx, const struct dmar_file_refs *r),
-		  void (*tick)(void *ctx), void *ctx)
+		  void (*tick)(void *ctx), size_t (*shed)(void *ctx), void *ctx)
 {
 	if (fs->nowners == (int)(sizeof(fs->owners) / sizeof(fs->owners[0])))
 		abort(); /* a build with more owners than slots */
 	fs->owners[fs->nowners].refs = refs;
 	fs->owners[fs->nowners].tick = tick;
+	fs->owners[fs->nowners].shed = shed;
 	fs->owners[fs->nowners++].ctx = ctx;
 }
 
@@ -232,6 +246,7 @@ void dmarfs_free(struct dmarfs *fs)
 		inode_destroy(fs, fs->grave);
 		fs->grave = n;
 	}
+	dmar_arena_set_reclaim(fs->cfg.ctx.arena, NULL, NULL);
 	/* The tree and the unlinked inodes the kernel still knew. */
 	while (fs->all)
 		inode_destroy(fs, fs->all);

@@ -123,6 +123,7 @@ struct dmarfs {
 	struct {
 		void (*refs)(void *ctx, const struct dmar_file_refs *r);
 		void (*tick)(void *ctx);
+		size_t (*shed)(void *ctx);
 		void *ctx;
 	} owners[4];
 	int nowners;
@@ -132,11 +133,16 @@ struct dmarfs {
 
 /* Holders of chunk references and arena space outside the tree (node.c's
  * staged uploads, remote.c's copies of peers' files): the consistency
- * check (check.h) asks each for what it holds (refs), and the idle
- * thread calls tick (may be NULL) about once a second, for expiries.
- * Register before the mount serves; they must outlive its session. */
+ * check (check.h) asks each for what it holds (refs), the idle thread
+ * calls tick (may be NULL) about once a second, for expiries, and an
+ * allocation that finds the arena full calls shed (may be NULL), which
+ * gives back what can go (abandoned uploads, copies nobody has open) and
+ * says how much went, before the allocation fails with ENOSPC.  shed runs
+ * on the allocating thread, which may hold inode locks: it must only try
+ * its own locks.  Register before the mount serves; they must outlive its
+ * session. */
 void ns_add_owner(struct dmarfs *fs, void (*refs)(void *ctx, const struct dmar_file_refs *r),
-		  void (*tick)(void *ctx), void *ctx);
+		  void (*tick)(void *ctx), size_t (*shed)(void *ctx), void *ctx);
 /* The owners' ticks (no lock held). */
 void ns_tick(struct dmarfs *fs);
 

@@ -25,6 +25,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <stdatomic.h>
@@ -39,6 +40,12 @@
 /* Remote attributes are the peer's: trust them briefly. */
 #define RATTR_TIMEOUT 1.0
 #define RENTRY_TIMEOUT 1.0
+/* A copy of a peer's file (loaded for a read, or written here and
+ * shipped) stays in the arena for re-reads this long after its last
+ * close (DMARFS_REMOTE_CACHE_SECONDS overrides it); a full arena drops
+ * it at once.  A later open loads it again, pulling only what the arena
+ * lacks. */
+#define REMOTE_CACHE_SECONDS 60
 #define RNEG_SLOTS 16
 /* Inode numbers of remote files start here, far from local ones. */
 #define RINO_BASE (1ull << 48)
@@ -64,6 +71,7 @@ struct rinode {
 				 * writer meant, so it is never shipped; close says so */
 	int64_t loaded_mtime_ns;
 	uint64_t loaded_size;
+	double idle_since;      /* loaded and not open since (monotonic seconds) */
 	struct dmar_file f;
 	struct rnames *names;   /* a directory's entries as the peer last listed them, or NULL */
 	atomic_ulong *names_gen; /* the remote's: bumped by every change this host makes at a peer */
@@ -585,6 +593,7 @@ static int load(struct dmarfs *fs, struct rinode *ri, struct dmar_error *err)
 	if (!r) {
 		ri->loaded = true;
 		ri->dirty = false;
+		ri->idle_since = mono();
 		ri->st.st_size = (off_t)rc.size;
 		ri->st.st_mode = S_IFREG | rc.mode;
 		ri->st.st_mtim = (struct timespec){ .tv_sec = rc.mtime_sec, .tv_nsec = rc.mtime_nsec };
@@ -1000,6 +1009,7 @@ static void r_release(fuse_req_t req, struct rinode *ri)
 	pthread_rwlock_wrlock(&ri->lock);
 	if (ri->opens)
 		ri->opens--;
+	ri->idle_since = mono();
 	if (!ri->opens && (ri->dirty || ri->broken)) {
 		/* Its ship failed (close said so): the changes cannot go
 		 * anywhere now. */
@@ -1521,6 +1531,50 @@ const struct fuse_lowlevel_ops *dmarfs_ops(void)
 }
 
 /* For the check (check.h): the copies of peers' files held here. */
+static double cache_seconds(void)
+{
+	static uint64_t ms;
+	if (!__atomic_load_n(&ms, __ATOMIC_RELAXED)) {
+		const char *e = getenv("DMARFS_REMOTE_CACHE_SECONDS");
+		double x = e && *e ? strtod(e, NULL) : 0;
+		__atomic_store_n(&ms, (uint64_t)((x > 0 ? x : REMOTE_CACHE_SECONDS) * 1000), __ATOMIC_RELAXED);
+	}
+	return (double)ms / 1000;
+}
+
+/* Drop the copies of peers' files nobody has open, idle since before
+ * `before`: how many went.  Only tries the locks: the arena's reclaimer
+ * (shed) runs on a thread that may hold some of them. */
+static size_t cache_drop(struct dmarfs *fs, double before)
+{
+	struct dmarfs_remote *rm = fs->remote;
+	size_t gone = 0;
+	if (!rm || pthread_mutex_trylock(&rm->lock) != 0)
+		return 0;
+	for (struct rinode *ri = rm->all; ri; ri = ri->next) {
+		if (pthread_rwlock_trywrlock(&ri->lock) != 0)
+			continue;
+		if (ri->loaded && !ri->opens && !ri->dirty && !ri->broken && ri->idle_since <= before) {
+			dmar_file_clear(&ri->f, &fs->cfg.ctx);
+			ri->loaded = false;
+			gone++;
+		}
+		pthread_rwlock_unlock(&ri->lock);
+	}
+	pthread_mutex_unlock(&rm->lock);
+	return gone;
+}
+
+static void cache_tick(void *ctx)
+{
+	cache_drop(ctx, mono() - cache_seconds());
+}
+
+static size_t cache_shed(void *ctx)
+{
+	return cache_drop(ctx, HUGE_VAL);
+}
+
 static void remote_refs(void *ctx, const struct dmar_file_refs *r)
 {
 	struct dmarfs *fs = ctx;
@@ -1569,7 +1623,7 @@ int dmarfs_remote_new(struct dmarfs *fs, struct dmarfs_node *node, const char *v
 		rm->view->st.st_atim = rm->view->st.st_mtim = rm->view->st.st_ctim = ns_now();
 	}
 	fs->remote = rm;
-	ns_add_owner(fs, remote_refs, NULL, fs);
+	ns_add_owner(fs, remote_refs, cache_tick, cache_shed, fs);
 	return 0;
 }
 
