@@ -5,11 +5,8 @@
  * every peer, at once, with short timeouts) and `dmar watch` (the GET
  * /v1/events websocket of one node, each event a JSON line on stdout).
  *
- * watch speaks the websocket itself over a libcurl connection opened with
- * CURLOPT_CONNECT_ONLY (so TLS, the CA file and proxies work as for every
- * other call): our own upgrade request and check of the 101 answer, then
- * frames through net/ws.h's parser.  Server frames are unmasked; ours
- * (pongs, the close) are masked with fresh random bytes, as RFC 6455 wants.
+ * watch is a websocket client of net/ws.h: this file only assembles
+ * messages from frames and prints them.
  */
 #include "config.h"
 
@@ -17,19 +14,15 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <jansson.h>
-#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
-#include <sys/random.h>
 #include <unistd.h>
 
 #include "cli.h"
 #include "client.h"
-#include "libcurl.h"
 #include "peers.h"
 #include "wire.h"
 #include "ws.h"
@@ -350,9 +343,7 @@ static void on_watch_signal(int sig)
 
 struct watch {
 	const char *node;
-	CURL *h;
-	curl_socket_t sock;
-	struct dmar_ws_parser *parser;
+	struct dmar_ws_client *ws;
 	uint8_t *msg; /* the message being assembled from its frames */
 	size_t msg_len;
 	bool in_msg, hello_seen, closed;
@@ -361,96 +352,15 @@ struct watch {
 	char why[sizeof(((struct dmar_error *)0)->msg)]; /* what failed, for the message */
 };
 
-static void b64(const uint8_t *in, size_t n, char *out)
-{
-	static const char t[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-	size_t o = 0;
-	for (size_t i = 0; i < n; i += 3) {
-		uint32_t v = (uint32_t)in[i] << 16 | (i + 1 < n ? (uint32_t)in[i + 1] << 8 : 0) |
-			     (i + 2 < n ? in[i + 2] : 0);
-		out[o++] = t[v >> 18 & 63];
-		out[o++] = t[v >> 12 & 63];
-		out[o++] = i + 1 < n ? t[v >> 6 & 63] : '=';
-		out[o++] = i + 2 < n ? t[v & 63] : '=';
-	}
-	out[o] = 0;
-}
-
-/* Wait until the socket is readable (or writable); 0, -ETIMEDOUT after ms,
- * -EINTR when a signal asked us to stop. */
-static int watch_wait(struct watch *w, bool out, int ms)
-{
-	for (;;) {
-		if (watch_stop)
-			return -EINTR;
-		struct pollfd pfd = { .fd = w->sock, .events = out ? POLLOUT : POLLIN };
-		/* A signal between the check and poll is seen within 250 ms. */
-		int slice = ms < 0 || ms > 250 ? 250 : ms;
-		int n = poll(&pfd, 1, slice);
-		if (n > 0)
-			return 0;
-		if (n < 0 && errno != EINTR)
-			return -errno;
-		if (ms >= 0 && (ms -= slice) <= 0)
-			return -ETIMEDOUT;
-	}
-}
-
-static int watch_send(struct watch *w, const void *buf, size_t len)
-{
-	const uint8_t *p = buf;
-	while (len) {
-		size_t n = 0;
-		CURLcode cc = curl_easy_send(w->h, p, len, &n);
-		if (cc == CURLE_AGAIN) {
-			int r = watch_wait(w, true, WATCH_IO_MS);
-			if (r < 0)
-				return r;
-			continue;
-		}
-		if (cc != CURLE_OK)
-			return -EIO;
-		p += n;
-		len -= n;
-	}
-	return 0;
-}
-
-/* Receive some bytes: their number, 0 when the node closed the connection,
- * or -ETIMEDOUT (after ms; -1 waits for ever), -EINTR, -EIO. */
-static ssize_t watch_recv(struct watch *w, void *buf, size_t cap, int ms)
-{
-	for (;;) {
-		size_t n = 0;
-		CURLcode cc = curl_easy_recv(w->h, buf, cap, &n);
-		if (cc == CURLE_OK)
-			return (ssize_t)n;
-		if (cc != CURLE_AGAIN)
-			return -EIO;
-		int r = watch_wait(w, false, ms);
-		if (r < 0)
-			return r;
-	}
-}
-
-/* A client frame: masked, as a client must. */
+/* A client frame (a pong, a close); quietly nothing before the connect. */
 static int watch_frame(struct watch *w, enum dmar_ws_opcode op, const uint8_t *data, size_t len)
 {
-	uint8_t f[DMAR_WS_HDR_MAX + DMAR_WS_CONTROL_MAX], mask[4];
-	if (len > DMAR_WS_CONTROL_MAX)
-		return -EMSGSIZE;
-	if (getrandom(mask, sizeof(mask), 0) != (ssize_t)sizeof(mask))
-		return -EIO;
-	size_t h = dmar_ws_frame_header(f, op, len, mask);
-	memcpy(f + h, data, len);
-	dmar_ws_mask(f + h, len, mask, 0);
-	return watch_send(w, f, h + len);
+	return w->ws ? dmar_ws_client_send(w->ws, op, data, len) : -ENOTCONN;
 }
 
 static int watch_close(struct watch *w, int code)
 {
-	uint8_t p[2] = { (uint8_t)(code >> 8), (uint8_t)code };
-	return watch_frame(w, DMAR_WS_CLOSE, p, sizeof(p));
+	return w->ws ? dmar_ws_client_close(w->ws, code) : -ENOTCONN;
 }
 
 /* A whole message: one JSON line on stdout. */
@@ -515,179 +425,39 @@ static int on_frame(void *ctx, const struct dmar_ws_frame *f)
 	return 0;
 }
 
-/* The value of header name in the header block hdr (NUL-terminated), its
- * length in *len; NULL if absent. */
-static const char *header_value(const char *hdr, const char *name, size_t *len)
-{
-	size_t nl = strlen(name);
-	for (const char *l = strstr(hdr, "\r\n"); l && l[2]; l = strstr(l + 2, "\r\n")) {
-		const char *s = l + 2;
-		if (strncasecmp(s, name, nl) || s[nl] != ':')
-			continue;
-		s += nl + 1;
-		while (*s == ' ' || *s == '\t')
-			s++;
-		const char *e = strstr(s, "\r\n");
-		while (e > s && (e[-1] == ' ' || e[-1] == '\t'))
-			e--;
-		*len = (size_t)(e - s);
-		return s;
-	}
-	return NULL;
-}
-
-/* The upgrade: request, then the answer up to the blank line (what came
- * after it is the first frames: fed to the parser). */
-static int watch_handshake(struct watch *w, const struct dmar_peer *p, const char *token)
-{
-	uint8_t raw[16];
-	char key[DMAR_WS_KEY_SIZE + 1], accept[DMAR_WS_ACCEPT_SIZE], host[DMAR_PEER_URL_MAX];
-	if (getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw)) {
-		snprintf(w->why, sizeof(w->why), "getrandom: %s", strerror(errno));
-		return -EIO;
-	}
-	b64(raw, sizeof(raw), key);
-	if (dmar_ws_accept_key(key, accept) < 0)
-		return -EINVAL;
-	char *req = NULL;
-	int n = asprintf(&req,
-			 "GET /v1/events HTTP/1.1\r\n"
-			 "Host: %s\r\n"
-			 "User-Agent: dmar/%s\r\n"
-			 "Upgrade: websocket\r\n"
-			 "Connection: Upgrade\r\n"
-			 "Sec-WebSocket-Key: %s\r\n"
-			 "Sec-WebSocket-Version: 13\r\n"
-			 "%s%s%s"
-			 "\r\n",
-			 cli_peer_address(p, host, sizeof(host)), PACKAGE_VERSION, key, token ? "Authorization: Bearer " : "",
-			 token ? token : "", token ? "\r\n" : "");
-	if (n < 0)
-		return -ENOMEM;
-	int r = watch_send(w, req, (size_t)n);
-	explicit_bzero(req, (size_t)n);
-	free(req);
-	if (r < 0) {
-		snprintf(w->why, sizeof(w->why), "sending the upgrade request: %s", strerror(-r));
-		return r;
-	}
-
-	char *buf = malloc(WATCH_HDR_MAX + 1);
-	if (!buf)
-		return -ENOMEM;
-	size_t have = 0;
-	char *end = NULL;
-	while (!end) {
-		if (have == WATCH_HDR_MAX) {
-			snprintf(w->why, sizeof(w->why), "answer headers over %u bytes", WATCH_HDR_MAX);
-			r = -EPROTO;
-			goto out;
-		}
-		ssize_t got = watch_recv(w, buf + have, WATCH_HDR_MAX - have, WATCH_IO_MS);
-		if (got <= 0) {
-			r = got == 0 ? -ECONNRESET : (int)got;
-			snprintf(w->why, sizeof(w->why), "waiting for the upgrade: %s",
-				 got == 0 ? "connection closed" : strerror(-r));
-			goto out;
-		}
-		have += (size_t)got;
-		buf[have] = 0;
-		end = strstr(buf, "\r\n\r\n");
-	}
-	end[2] = 0; /* the header block keeps its last CRLF */
-	int status = 0;
-	if (sscanf(buf, "HTTP/1.%*d %d", &status) != 1) {
-		snprintf(w->why, sizeof(w->why), "not an HTTP answer");
-		r = -EPROTO;
-		goto out;
-	}
-	if (status != 101) {
-		/* An error answer carries {"error": ...} when the node sent one
-		 * whole with its headers. */
-		json_t *body = json_loadb(end + 4, have - (size_t)(end + 4 - buf), 0, NULL);
-		const char *msg = json_string_value(json_object_get(body, "error"));
-		const char *en = json_string_value(json_object_get(body, "errno"));
-		r = status == 401 ? -EKEYREJECTED : en ? dmar_wire_errno_from_name(en) : -EPROTO;
-		snprintf(w->why, sizeof(w->why), "HTTP %d%s%s%s", status, msg ? ": " : "", msg ? msg : "",
-			 status == 401 && !token ? " (no token: --token FILE or $DMAR_TOKEN_FILE)" : "");
-		json_decref(body);
-		goto out;
-	}
-	size_t vl = 0;
-	const char *v = header_value(buf, "Sec-WebSocket-Accept", &vl);
-	if (!v || vl != strlen(accept) || memcmp(v, accept, vl)) {
-		snprintf(w->why, sizeof(w->why), "wrong or missing Sec-WebSocket-Accept in the 101 answer");
-		r = -EPROTO;
-		goto out;
-	}
-	v = header_value(buf, "Upgrade", &vl);
-	if (!v || vl != 9 || strncasecmp(v, "websocket", 9)) {
-		snprintf(w->why, sizeof(w->why), "the 101 answer does not upgrade to websocket");
-		r = -EPROTO;
-		goto out;
-	}
-	struct dmar_error err = { 0 };
-	r = dmar_ws_parser_feed(w->parser, end + 4, have - (size_t)(end + 4 - buf), &err);
-	if (r < 0)
-		snprintf(w->why, sizeof(w->why), "%s", err.code ? err.msg : strerror(-r));
-out:
-	free(buf);
-	return r;
-}
-
 static int watch_run(struct watch *w, struct cli_net *net, const struct dmar_peer *p)
 {
-	char url[DMAR_PEER_URL_MAX + 16];
-	if (dmar_peers_url(p, url, DMAR_PEER_URL_MAX) < 0)
+	char url[DMAR_PEER_URL_MAX], host[DMAR_PEER_URL_MAX];
+	if (dmar_peers_url(p, url, sizeof(url)) < 0)
 		return -ENAMETOOLONG;
-	strcat(url, "/v1/events");
-	struct dmar_error lerr = { 0 };
-	int r = dmar_libcurl_load(&lerr);
+	struct dmar_ws_client_opts o = {
+		.url = url,
+		.host = cli_peer_address(p, host, sizeof(host)),
+		.path = "/v1/events",
+		.token = net->token,
+		.tls_ca = net->tls_ca,
+		.user_agent = "dmar/" PACKAGE_VERSION,
+		.max_payload = WATCH_MSG_MAX,
+		.connect_ms = WATCH_CONNECT_MS,
+		.io_ms = WATCH_IO_MS,
+		.stop = &watch_stop,
+	};
+	struct dmar_error err = { 0 };
+	int r = dmar_ws_client_connect(&w->ws, &o, on_frame, w, &err);
 	if (r < 0) {
-		snprintf(w->why, sizeof(w->why), "%s", lerr.msg);
+		const char *hint = r == -EKEYREJECTED && !net->token ? " (no token: --token FILE or $DMAR_TOKEN_FILE)" : "";
+		snprintf(w->why, sizeof(w->why), "%.*s%s", (int)(sizeof(w->why) - strlen(hint) - 1), err.msg, hint);
 		return r;
 	}
-	if (!(w->h = curl_easy_init()))
-		return -ENOMEM;
-	curl_easy_setopt(w->h, CURLOPT_URL, url);
-	curl_easy_setopt(w->h, CURLOPT_CONNECT_ONLY, 1L);
-	curl_easy_setopt(w->h, CURLOPT_CONNECTTIMEOUT_MS, (long)WATCH_CONNECT_MS);
-	curl_easy_setopt(w->h, CURLOPT_NOSIGNAL, 1L);
-	if (net->tls_ca)
-		curl_easy_setopt(w->h, CURLOPT_CAINFO, net->tls_ca);
-	char cerr[CURL_ERROR_SIZE] = "";
-	curl_easy_setopt(w->h, CURLOPT_ERRORBUFFER, cerr);
-	CURLcode cc = curl_easy_perform(w->h);
-	if (cc != CURLE_OK) {
-		snprintf(w->why, sizeof(w->why), "%s", cerr[0] ? cerr : curl_easy_strerror(cc));
-		return cc == CURLE_COULDNT_CONNECT ? -ECONNREFUSED
-		       : cc == CURLE_OPERATION_TIMEDOUT ? -ETIMEDOUT
-		       : cc == CURLE_COULDNT_RESOLVE_HOST ? -EHOSTUNREACH : -EIO;
-	}
-	if (curl_easy_getinfo(w->h, CURLINFO_ACTIVESOCKET, &w->sock) != CURLE_OK || w->sock == CURL_SOCKET_BAD) {
-		snprintf(w->why, sizeof(w->why), "no socket from libcurl");
-		return -EIO;
-	}
-	r = dmar_ws_parser_new(&w->parser, WATCH_MSG_MAX, DMAR_WS_MASK_FORBIDDEN, on_frame, w);
-	if (r < 0)
-		return r;
-	if ((r = watch_handshake(w, p, net->token)) < 0)
-		return r;
-
-	uint8_t buf[64 << 10];
 	while (!w->closed && !(w->count && w->events >= w->count)) {
-		ssize_t n = watch_recv(w, buf, sizeof(buf), -1);
-		if (n == -EINTR)
-			return -EINTR;
-		if (n <= 0) {
-			snprintf(w->why, sizeof(w->why), "%s", n == 0 ? "connection closed without a close frame"
-								      : strerror((int)-n));
-			return n == 0 ? -ECONNRESET : (int)n;
-		}
-		struct dmar_error err = { 0 };
-		if ((r = dmar_ws_parser_feed(w->parser, buf, (size_t)n, &err)) < 0) {
-			snprintf(w->why, sizeof(w->why), "%s", err.code ? err.msg : strerror(-r));
-			watch_close(w, r == -EMSGSIZE ? DMAR_WS_CLOSE_TOO_BIG : DMAR_WS_CLOSE_PROTOCOL);
+		struct dmar_error e = { 0 };
+		r = dmar_ws_client_pump(w->ws, -1, &e);
+		if (r == -EINTR)
+			return r;
+		if (r < 0) {
+			snprintf(w->why, sizeof(w->why), "%s", e.msg);
+			if (r == -EPROTO || r == -EMSGSIZE)
+				watch_close(w, r == -EMSGSIZE ? DMAR_WS_CLOSE_TOO_BIG : DMAR_WS_CLOSE_PROTOCOL);
 			return r;
 		}
 	}
@@ -703,7 +473,7 @@ int cmd_watch(int argc, char **argv)
 		{ 0 },
 	};
 	struct cli_net net = { 0 };
-	struct watch w = { .sock = CURL_SOCKET_BAD };
+	struct watch w = { 0 };
 	int c;
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, ":h", lo, NULL)) != -1) {
@@ -750,13 +520,10 @@ int cmd_watch(int argc, char **argv)
 		/* We end it: a masked close, then a moment for the node's. */
 		watch_stop = 0;
 		if (watch_close(&w, DMAR_WS_CLOSE_NORMAL) == 0) {
-			uint8_t buf[4096];
 			double t0 = cli_now();
 			while (!w.closed && cli_now() - t0 < 1.0) {
-				ssize_t n = watch_recv(&w, buf, sizeof(buf), 250);
-				if (n == -ETIMEDOUT)
-					continue;
-				if (n <= 0 || dmar_ws_parser_feed(w.parser, buf, (size_t)n, NULL) < 0)
+				int e = dmar_ws_client_pump(w.ws, 250, NULL);
+				if (e < 0 && e != -ETIMEDOUT)
 					break;
 			}
 		}
@@ -776,10 +543,8 @@ int cmd_watch(int argc, char **argv)
 			cli_net_why(r, &e, why, sizeof(why)));
 		status = 1;
 	}
-	dmar_ws_parser_free(w.parser);
+	dmar_ws_client_free(w.ws);
 	free(w.msg);
-	if (w.h)
-		curl_easy_cleanup(w.h);
 	cli_net_free(&net);
 	return status;
 }

@@ -20,6 +20,7 @@
 #ifndef DMAR_WS_H
 #define DMAR_WS_H
 
+#include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -99,5 +100,37 @@ int dmar_ws_parser_new(struct dmar_ws_parser **out, size_t max_payload, enum dma
  */
 int dmar_ws_parser_feed(struct dmar_ws_parser *p, const void *data, size_t len, struct dmar_error *err);
 void dmar_ws_parser_free(struct dmar_ws_parser *p); /* NULL-safe */
+
+/* ---- the client side (ws_client.c, over libcurl) ---------------------------- */
+
+struct dmar_ws_client_opts {
+	const char *url;        /* http(s)://HOST:PORT of the server (libcurl connects) */
+	const char *host;       /* the Host header */
+	const char *path;       /* the request target, e.g. "/v1/events" */
+	const char *token;      /* Authorization: Bearer TOKEN, or NULL */
+	const char *tls_ca;     /* CA file for https, or NULL */
+	const char *user_agent; /* NULL: "dmar" */
+	size_t max_payload;     /* the largest frame accepted */
+	long connect_ms, io_ms; /* 0: 5000 each */
+	volatile sig_atomic_t *stop; /* set (by a signal handler): waits end with -EINTR */
+};
+struct dmar_ws_client;
+/* Connect, upgrade, and check the 101 answer; fn gets each frame the
+ * server sends, from here and from dmar_ws_client_pump.  0, or -errno
+ * with err: -ECONNREFUSED, -ETIMEDOUT, -EHOSTUNREACH, -EIO (connecting),
+ * -EKEYREJECTED (HTTP 401), the errno an error answer names, -EPROTO (not
+ * a websocket answer), -EINTR. */
+int dmar_ws_client_connect(struct dmar_ws_client **out, const struct dmar_ws_client_opts *o, dmar_ws_frame_fn fn,
+			   void *ctx, struct dmar_error *err);
+/* Receive what comes within ms (-1: until something does) and feed it to
+ * the parser.  0; -ETIMEDOUT, -EINTR, -EIO, -ECONNRESET (closed without a
+ * close frame); or the parser's error (-EPROTO, -EMSGSIZE: answer with a
+ * close 1002 / 1009), with err. */
+int dmar_ws_client_pump(struct dmar_ws_client *c, int ms, struct dmar_error *err);
+/* A masked frame of at most DMAR_WS_CONTROL_MAX bytes (a pong, a close):
+ * 0, -EMSGSIZE, -EIO, -EINTR, -ETIMEDOUT. */
+int dmar_ws_client_send(struct dmar_ws_client *c, enum dmar_ws_opcode op, const void *data, size_t len);
+int dmar_ws_client_close(struct dmar_ws_client *c, int code);
+void dmar_ws_client_free(struct dmar_ws_client *c); /* NULL-safe */
 
 #endif /* DMAR_WS_H */
