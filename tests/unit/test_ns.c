@@ -264,7 +264,8 @@ static char *tree(struct mnt *m)
 {
 	struct lines l = { 0 };
 	walk(m, m->fs->root, "", &l);
-	qsort(l.v, l.n, sizeof(*l.v), cmp_str);
+	if (l.n) /* an empty tree has no list */
+		qsort(l.v, l.n, sizeof(*l.v), cmp_str);
 	size_t len = 1;
 	for (size_t k = 0; k < l.n; k++)
 		len += strlen(l.v[k]) + 1;
