@@ -37,6 +37,32 @@ static const uint32_t IV[8] = {
 	0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19,
 };
 
+/* Feed len bytes to a message whose state is st, len_so_far bytes so far
+ * (a partial block of len_so_far % 64 of them in buf): whole blocks go to
+ * blocks, the tail waits in buf.  The buffering of both update paths. */
+static void feed(uint32_t st[8], uint64_t *len_so_far, uint8_t buf[64], const uint8_t *p, size_t len,
+		 void (*blocks)(uint32_t st[8], const uint8_t *p, size_t nb))
+{
+	size_t fill = (size_t)(*len_so_far % 64);
+	*len_so_far += len;
+	if (fill) {
+		size_t n = 64 - fill < len ? 64 - fill : len;
+		memcpy(buf + fill, p, n);
+		p += n;
+		len -= n;
+		if (fill + n < 64)
+			return;
+		blocks(st, buf, 1);
+	}
+	if (len >= 64) {
+		blocks(st, p, len / 64);
+		p += len / 64 * 64;
+		len %= 64;
+	}
+	if (len)
+		memcpy(buf, p, len);
+}
+
 #ifdef DMAR_SHA256_HW
 
 #include <cpuid.h>
@@ -240,24 +266,7 @@ void dmar_sha256_init(struct dmar_sha256_ctx *c)
 
 void dmar_sha256_update(struct dmar_sha256_ctx *c, const void *buf, size_t len)
 {
-	const uint8_t *p = buf;
-	size_t fill = (size_t)(c->len % 64);
-	c->len += len;
-	if (fill) {
-		size_t n = 64 - fill < len ? 64 - fill : len;
-		memcpy(c->buf + fill, p, n);
-		p += n;
-		len -= n;
-		if (fill + n < 64)
-			return;
-		blocks1(c->st, c->buf, 1);
-	}
-	if (len >= 64) {
-		blocks1(c->st, p, len / 64);
-		p += len / 64 * 64;
-		len %= 64;
-	}
-	memcpy(c->buf, p, len);
+	feed(c->st, &c->len, c->buf, buf, len, blocks1);
 }
 
 void dmar_sha256_final(struct dmar_sha256_ctx *c, uint8_t out[32])
@@ -544,24 +553,15 @@ void dmar_sha256_sw_init(struct dmar_sha256_sw *c)
 	c->len = 0;
 }
 
+static void sw_blocks(uint32_t st[8], const uint8_t *p, size_t nb)
+{
+	for (; nb; nb--, p += 64)
+		sw_block(st, p);
+}
+
 void dmar_sha256_sw_update(struct dmar_sha256_sw *c, const void *buf, size_t len)
 {
-	const uint8_t *p = buf;
-	size_t fill = (size_t)(c->len % 64);
-	c->len += len;
-	if (fill) {
-		size_t n = 64 - fill < len ? 64 - fill : len;
-		memcpy(c->buf + fill, p, n);
-		p += n;
-		len -= n;
-		if (fill + n < 64)
-			return;
-		sw_block(c->st, c->buf);
-	}
-	for (; len >= 64; p += 64, len -= 64)
-		sw_block(c->st, p);
-	if (len)
-		memcpy(c->buf, p, len);
+	feed(c->st, &c->len, c->buf, buf, len, sw_blocks);
 }
 
 void dmar_sha256_sw_final(struct dmar_sha256_sw *c, uint8_t out[32])
