@@ -50,8 +50,14 @@ struct stage {
 	struct dmar_id id;
 	uint64_t expires;    /* CLOCK_MONOTONIC seconds */
 	uint64_t added_ms;   /* CLOCK_MONOTONIC milliseconds of the last upload */
+	uint64_t upload;     /* the X-Dmar-Upload of the last upload (0: none) */
 	struct stage *next;
 };
+
+/* Uploads that got ENOSPC, newest last: their senders give up, so their
+ * stages go at once, and chunks still in flight from their other streams
+ * are refused rather than staged again. */
+#define FAILED_UPLOADS 16
 
 /* A 1 GiB upload stages 32 768 chunks of the default 32 KiB average: at
  * 4096 buckets their chains grew to 8 links, each a cache miss, and
@@ -75,6 +81,8 @@ struct dmarfs_node {
 	pthread_mutex_t stage_lock;
 	struct stage *stage[STAGE_BUCKETS];
 	size_t nstaged;
+	uint64_t failed[FAILED_UPLOADS];
+	unsigned nfailed;
 	uint64_t next_reap;
 	uint64_t next_xfer; /* transfer ids for events, atomic */
 	/* The transfers this node shipped, for GET /v1/node: counts and the
@@ -131,15 +139,17 @@ static void stage_drop(struct dmarfs_node *n, struct stage **p)
 	n->nstaged--;
 }
 
-/* Drop every stage that expires by expired_by (seconds) or was last
- * uploaded by added_by (milliseconds); how many went.  stage_lock held.
- * Both clocks are CLOCK_MONOTONIC and never 0, so 0 selects nothing. */
-static size_t stage_sweep(struct dmarfs_node *n, uint64_t expired_by, uint64_t added_by)
+/* Drop every stage that expires by expired_by (seconds), was last
+ * uploaded by added_by (milliseconds) or by upload; how many went.
+ * stage_lock held.  Both clocks are CLOCK_MONOTONIC and never 0, and
+ * upload ids are never 0, so 0 selects nothing. */
+static size_t stage_sweep(struct dmarfs_node *n, uint64_t expired_by, uint64_t added_by, uint64_t upload)
 {
 	size_t gone = 0;
 	for (size_t b = 0; b < STAGE_BUCKETS && n->nstaged; b++)
 		for (struct stage **p = &n->stage[b]; *p;) {
-			if ((*p)->expires <= expired_by || (*p)->added_ms <= added_by) {
+			if ((*p)->expires <= expired_by || (*p)->added_ms <= added_by ||
+			    (upload && (*p)->upload == upload)) {
 				stage_drop(n, p);
 				gone++;
 			} else {
@@ -156,12 +166,12 @@ static void reap(struct dmarfs_node *n, uint64_t t)
 	if (t < n->next_reap)
 		return;
 	n->next_reap = t + (stage_seconds() < 10 ? 1 : 10);
-	stage_sweep(n, t, 0);
+	stage_sweep(n, t, 0, 0);
 }
 
 /* Hold one staging reference on id (the caller has just added one and
  * hands it over): a second upload of the same chunk only refreshes it. */
-static void stage_add(struct dmarfs_node *n, const struct dmar_id *id)
+static void stage_add(struct dmarfs_node *n, const struct dmar_id *id, uint64_t upload)
 {
 	uint64_t t = mono();
 	pthread_mutex_lock(&n->stage_lock);
@@ -171,6 +181,7 @@ static void stage_add(struct dmarfs_node *n, const struct dmar_id *id)
 		if (!memcmp(s->id.b, id->b, DMAR_HASH_SIZE)) {
 			s->expires = t + stage_seconds();
 			s->added_ms = mono_ms();
+			s->upload = upload;
 			pthread_mutex_unlock(&n->stage_lock);
 			dmar_store_unref(CTX(n)->arena, id);
 			return;
@@ -180,6 +191,7 @@ static void stage_add(struct dmarfs_node *n, const struct dmar_id *id)
 		s->id = *id;
 		s->expires = t + stage_seconds();
 		s->added_ms = mono_ms();
+		s->upload = upload;
 		s->next = n->stage[b];
 		n->stage[b] = s;
 		n->nstaged++;
@@ -213,7 +225,7 @@ static size_t stage_shed(void *ctx)
 {
 	struct dmarfs_node *n = ctx;
 	pthread_mutex_lock(&n->stage_lock);
-	size_t gone = stage_sweep(n, 0, mono_ms() - STAGE_PRESSURE_MS);
+	size_t gone = stage_sweep(n, 0, mono_ms() - STAGE_PRESSURE_MS, 0);
 	pthread_mutex_unlock(&n->stage_lock);
 	return gone;
 }
@@ -240,7 +252,31 @@ static void stage_refs(void *ctx, const struct dmar_file_refs *r)
 
 static void stage_clear(struct dmarfs_node *n)
 {
-	stage_sweep(n, UINT64_MAX, 0);
+	stage_sweep(n, UINT64_MAX, 0, 0);
+}
+
+/* Whether upload has failed here (stage_lock held). */
+static bool upload_failed(const struct dmarfs_node *n, uint64_t upload)
+{
+	for (unsigned i = 0; upload && i < n->nfailed; i++)
+		if (n->failed[i] == upload)
+			return true;
+	return false;
+}
+
+/* upload got ENOSPC: drop what it staged, and remember it. */
+static void upload_fail(struct dmarfs_node *n, uint64_t upload)
+{
+	if (!upload)
+		return;
+	pthread_mutex_lock(&n->stage_lock);
+	if (!upload_failed(n, upload)) {
+		if (n->nfailed == FAILED_UPLOADS)
+			memmove(n->failed, n->failed + 1, --n->nfailed * sizeof(n->failed[0]));
+		n->failed[n->nfailed++] = upload;
+	}
+	stage_sweep(n, 0, 0, upload);
+	pthread_mutex_unlock(&n->stage_lock);
 }
 
 /* ---- paths -------------------------------------------------------------- */
@@ -477,17 +513,23 @@ static int op_resolve(void *ctx, struct dmar_id *ids, size_t cnt, unsigned idlen
 	return r < 0 ? dmar_error_set(err, r, "id prefix of %u bytes", idlen) : 0;
 }
 
-static int op_put_chunk(void *ctx, const struct dmar_wire_chunk *c, const uint8_t *decoded, struct dmar_error *err)
+static int op_put_chunk(void *ctx, const struct dmar_wire_chunk *c, const uint8_t *decoded, uint64_t upload,
+			struct dmar_error *err)
 {
 	struct dmarfs_node *n = ctx;
-	/* A full arena sheds old stages first (stage_reclaim). */
-	int r = dmar_fsctx_chunk_put(CTX(n), c, decoded);
-	if (r == -ENOSPC)
+	pthread_mutex_lock(&n->stage_lock);
+	bool failed = upload_failed(n, upload);
+	pthread_mutex_unlock(&n->stage_lock);
+	/* A full arena sheds old stages first (stage_shed). */
+	int r = failed ? -ENOSPC : dmar_fsctx_chunk_put(CTX(n), c, decoded);
+	if (r == -ENOSPC) {
+		upload_fail(n, upload);
 		return dmar_error_set(err, r, "arena full: %" PRIu64 " of %" PRIu64 " bytes used",
 				      dmar_arena_used(CTX(n)->arena), dmar_arena_size(CTX(n)->arena));
+	}
 	if (r < 0)
 		return r;
-	stage_add(n, &c->id);
+	stage_add(n, &c->id, upload);
 	return 0;
 }
 
@@ -563,10 +605,12 @@ static int make_file(struct dmarfs_node *n, const char *path, const struct dmar_
 	unhold(fs, i); /* unlinked on failure: freed here */
 	fuse_ino_t parent = nodeid(fs, d);
 	unhold(fs, d);
+	/* Committed, its chunks are the file's; refused for want of room,
+	 * the sender gives up, and they would only hold the arena. */
+	if (!from_content && (!r || r == -ENOSPC))
+		stage_release(n, rc);
 	if (r < 0)
 		return r;
-	if (!from_content)
-		stage_release(n, rc);
 	atomic_fetch_add(from_content ? &n->commits_content : &n->commits_recipe, 1);
 	inval(fs, parent, leaf);
 	return 0;

@@ -1027,6 +1027,7 @@ struct push {
 	size_t ntodo;
 	atomic_size_t next;   /* the next todo entry a stream takes */
 	bool second_try;      /* this phase re-sends 422'd chunks: no third chance */
+	char upload[32];      /* "X-Dmar-Upload: ..." of this transfer (net/wire.h) */
 	uint32_t *retry;      /* 422'd chunks for the next phase; protected by e.lock */
 	size_t nretry;
 };
@@ -1423,7 +1424,8 @@ static int batch_send(struct push_stream *s, struct dmar_error *err)
 			s->body += DMAR_BATCH_REC_SIZE + s->rec[i].stored;
 		s->part = s->off = 0;
 	}
-	if ((r = call_header(&k, "Content-Type: application/x-dmar-chunks")) < 0)
+	if ((r = call_header(&k, "Content-Type: application/x-dmar-chunks")) < 0 ||
+	    (r = call_header(&k, p->upload)) < 0)
 		goto out;
 	if (whole) {
 		if ((r = call_header(&k, "Content-Encoding: zstd")) < 0)
@@ -1650,6 +1652,12 @@ int dmar_client_push(struct dmar_client *c, const char *path, const struct dmar_
 	int ret = dmar_wire_path_check(path, err);
 	if (ret < 0)
 		goto out;
+	uint64_t upload;
+	if ((ret = dmar_wire_upload_new(&upload)) < 0) {
+		dmar_error_errno(err, ret, "getrandom");
+		goto out;
+	}
+	snprintf(p.upload, sizeof(p.upload), "X-Dmar-Upload: %016" PRIx64, upload);
 	p.e.st.logical = r->size;
 	/* The recipe id from the content id: a file whose content id is
 	 * known (a copy of one shipped before) is not hashed again. */

@@ -183,6 +183,7 @@ struct req {
 
 	/* POST /v1/chunks */
 	struct dmar_batch_parser *bp;
+	uint64_t upload;    /* X-Dmar-Upload, 0 if none */
 	bool zstd;          /* Content-Encoding: zstd */
 	bool zdone;         /* the zstd frame ended */
 	uint64_t decoded;   /* its bytes decoded so far */
@@ -842,7 +843,7 @@ static int chunk_verdict(struct req *q, const struct dmar_wire_chunk *c, int v, 
 			json_array_append_new(q->bad, hex_id(&c->id));
 		return 0;
 	}
-	int r = q->s->ops->put_chunk(q->s->ctx, c, decoded, &q->err);
+	int r = q->s->ops->put_chunk(q->s->ctx, c, decoded, q->upload, &q->err);
 	if (r < 0)
 		return r;
 	q->received++;
@@ -1546,6 +1547,9 @@ static enum MHD_Result begin(struct req *q, const char *url, const char *method)
 		}
 	}
 	if (rt->body == BODY_BATCH) {
+		const char *up = header(q, "X-Dmar-Upload");
+		if (up && dmar_wire_upload_parse(up, &q->upload) < 0)
+			return reply_errorf(q, -EINVAL, 0, "X-Dmar-Upload %.64s: not 16 hex digits", up);
 		const char *ce = header(q, MHD_HTTP_HEADER_CONTENT_ENCODING);
 		if (ce && *ce && strcasecmp(ce, "identity") != 0) {
 			if (strcasecmp(ce, "zstd") != 0)

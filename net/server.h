@@ -50,8 +50,12 @@ struct dmar_node_ops {
 	/* POST /v1/chunks, once per chunk: c passed dmar_wire_chunk_verify;
 	 * decoded is its c->len decoded bytes (c itself is the wire form, so
 	 * a node that keeps zstd frames stores c->payload as it is).  The node
-	 * holds the chunk for a later commit.  -ENOSPC when the arena is full. */
-	int (*put_chunk)(void *ctx, const struct dmar_wire_chunk *c, const uint8_t *decoded, struct dmar_error *err);
+	 * holds the chunk for a later commit.  -ENOSPC when the arena is full.
+	 * upload: the sender's X-Dmar-Upload id for the chunks of one transfer
+	 * (0: none sent).  A sender gives its transfer up at the first ENOSPC,
+	 * so the node may drop, at once, what that upload staged. */
+	int (*put_chunk)(void *ctx, const struct dmar_wire_chunk *c, const uint8_t *decoded, uint64_t upload,
+			 struct dmar_error *err);
 	/* PUT /v1/files/PATH with a recipe (cid: its content id): build the file from chunks the
 	 * node holds and make it appear at path atomically, replacing what
 	 * is there (unless noreplace: -EEXIST).  On success *out = the new

@@ -10,6 +10,7 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/uio.h>
 
 #define ZSTD_STATIC_LINKING_ONLY /* ZSTD_d_format: magicless frames */
@@ -768,6 +769,31 @@ size_t dmar_wire_chunks_verify(const struct dmar_wire_chunk *c, size_t n, bool *
 }
 
 /* ---- paths and errors --------------------------------------------------- */
+
+int dmar_wire_upload_new(uint64_t *id)
+{
+	do {
+		if (getrandom(id, sizeof(*id), 0) != (ssize_t)sizeof(*id))
+			return -errno;
+	} while (!*id);
+	return 0;
+}
+
+int dmar_wire_upload_parse(const char *s, uint64_t *id)
+{
+	uint64_t v = 0;
+	size_t i;
+	for (i = 0; s[i] && i < 16; i++) {
+		int d = dmar_hexval(s[i]);
+		if (d < 0)
+			return -EINVAL;
+		v = v << 4 | (uint64_t)d;
+	}
+	if (i != 16 || s[i] || !v)
+		return -EINVAL;
+	*id = v;
+	return 0;
+}
 
 int dmar_wire_path_check(const char *path, struct dmar_error *err)
 {

@@ -273,6 +273,16 @@ size_t dmar_wire_chunks_verify(const struct dmar_wire_chunk *c, size_t n, bool *
  */
 int dmar_wire_path_check(const char *path, struct dmar_error *err); /* NULL: -EINVAL */
 
+/*
+ * X-Dmar-Upload names the chunks a sender uploads for one transfer: 16 hex
+ * digits of a random non-zero id, the same on every POST /v1/chunks of the
+ * transfer.  Make one with dmar_wire_upload_new (0 or -errno), write it
+ * with "%016" PRIx64; dmar_wire_upload_parse takes exactly that form
+ * (0, or -EINVAL for anything else, 0 included).
+ */
+int dmar_wire_upload_new(uint64_t *id);
+int dmar_wire_upload_parse(const char *s, uint64_t *id);
+
 /* "ENOSPC" for -ENOSPC (or ENOSPC); "EIO" for anything unnamed (0 too).
  * The names are those of the table behind dmar_wire_http_status. */
 const char *dmar_wire_errno_name(int e);

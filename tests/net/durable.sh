@@ -4,9 +4,9 @@
 # Nodes that lose nothing and leak nothing when ships fail (persist.h,
 # check.h), two nodes a (sender) and b (receiver):
 #  1. b's arena too small: three cps of 512 MiB into a/@b/ fail with ENOSPC,
-#     every time, and leave no file at b; the chunks the failed uploads left
-#     staged at b give their space back to whatever needs it (a local write
-#     at b, a 200 MiB ship);
+#     every time, and leave no file at b; the chunks a failed upload left
+#     staged at b give their space back at once to whatever needs it (a
+#     200 MiB ship, a local write at b, each right after a failed ship);
 #  2. a's arena full: a cp into a/@b/ fails with ENOSPC at a's write and
 #     leaves nothing at b, not even an empty file;
 #  3. b killed (kill -9) mid-ship: the cp fails; b mounted again under its
@@ -50,16 +50,20 @@ for k in 1 2 3; do
 done
 say "  b holds $(net_node_info b store.staged) staged chunks, arena.used $(mib "$(net_node_info b arena.used)")"
 check_arena "$B" "b's arena after the failed ships"
+# A failed upload's stages go at its ENOSPC (X-Dmar-Upload), not after the
+# 2 s that spare a running transfer: the next ship, at once, has the room.
+check "(1) at once, a 200 MiB ship into a/@b/ completes"
+mkprng "$S/ship200" $((200 * MiB)) 33
+cp "$S/big512" "$A/@b/big512" 2>/dev/null && fail "a 512 MiB cp into a 300 MiB node succeeded"
+cp "$S/ship200" "$A/@b/ship200" 2>"$T/cp.err" || fail "a 200 MiB ship right after a failed one: $(cat "$T/cp.err")"
+[ "$(digest "$B/ship200")" = "$(digest "$S/ship200")" ] || fail "b's ship200 differs"
+rm "$B/ship200"
 check "(1) a 64 MiB write at b takes the space the failed uploads held"
-sleep 2.5 # stages younger than 2 s belong to a transfer still running
+cp "$S/big512" "$A/@b/big512" 2>/dev/null && fail "a 512 MiB cp into a 300 MiB node succeeded"
 mkprng "$S/local64" $((64 * MiB)) 32
 cp "$S/local64" "$B/local64" 2>"$T/cp.err" || fail "a local 64 MiB write at b: $(cat "$T/cp.err")"
 [ "$(digest "$B/local64")" = "$(digest "$S/local64")" ] || fail "b's local64 differs"
-check "(1) then a 200 MiB ship into a/@b/ completes"
-mkprng "$S/ship200" $((200 * MiB)) 33
-cp "$S/ship200" "$A/@b/ship200" 2>"$T/cp.err" || fail "a 200 MiB ship after the failed ones: $(cat "$T/cp.err")"
-[ "$(digest "$B/ship200")" = "$(digest "$S/ship200")" ] || fail "b's ship200 differs"
-rm "$B/ship200" "$B/local64"
+rm "$B/local64"
 check_arena "$B" "b's arena after the ship"
 
 # ---- 2. a's arena full ----------------------------------------------------------------

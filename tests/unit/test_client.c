@@ -203,6 +203,8 @@ struct fake {
 	unsigned long rx_zbatches; /* uploads with Content-Encoding: zstd */
 	uint64_t rx_zbytes;        /* their bodies' bytes as sent */
 	uint64_t rx_bytes;
+	uint64_t upload_id;          /* X-Dmar-Upload of the first upload since reset */
+	unsigned long upload_mixed;  /* uploads with another id, none or a malformed one */
 	/* faults */
 	const char *token;
 	bool reject_one_once; /* answer 422 for the first chunk of the next upload */
@@ -691,6 +693,15 @@ static enum MHD_Result fake_handler(void *cls, struct MHD_Connection *con, const
 		q->upload = strcmp(method, "POST") == 0 && strcmp(url, "/v1/chunks") == 0;
 		if (q->upload) {
 			dmar_batch_parser_new(&q->parser, 1u << 20, fake_record, q);
+			/* One transfer's uploads carry one id (net/wire.h). */
+			const char *up = MHD_lookup_connection_value(con, MHD_HEADER_KIND, "X-Dmar-Upload");
+			uint64_t id = 0;
+			pthread_mutex_lock(&F->lock);
+			if (!up || dmar_wire_upload_parse(up, &id) < 0 || (F->upload_id && id != F->upload_id))
+				F->upload_mixed++;
+			else
+				F->upload_id = id;
+			pthread_mutex_unlock(&F->lock);
 			q->dz = ZSTD_createDCtx();
 			q->scratch = malloc(DMAR_WIRE_CHUNK_MAX);
 			q->bad = json_array();
@@ -1061,6 +1072,8 @@ static void test_push_many_batches(void **state)
 	push_ok(c, &f, "many", &st);
 	assert_int_equal(st.sent_chunks, 600);
 	assert_int_equal(F->rx_chunks, 600);
+	assert_int_equal(F->upload_mixed, 0); /* every batch: the transfer's one upload id */
+	assert_true(F->upload_id != 0);
 	/* about 8 MiB a batch: at least 5 for 40+ MiB, so 3+ rounds on 2 streams */
 	assert_true(F->n_upload >= 5);
 	assert_true(st.round_trips >= 2 + (F->n_upload + 1) / 2);

@@ -65,6 +65,7 @@ struct fake {
 	unsigned nchunks;
 	unsigned put_limit; /* put_chunk says ENOSPC once this many are held (0: never) */
 	unsigned clones;    /* files made by clone */
+	uint64_t upload;    /* the last put_chunk's upload id */
 };
 
 static struct fake F;
@@ -208,10 +209,12 @@ static int fake_resolve(void *ctx, struct dmar_id *ids, size_t n, unsigned idlen
 	return 0;
 }
 
-static int fake_put_chunk(void *ctx, const struct dmar_wire_chunk *c, const uint8_t *decoded, struct dmar_error *err)
+static int fake_put_chunk(void *ctx, const struct dmar_wire_chunk *c, const uint8_t *decoded, uint64_t upload,
+			  struct dmar_error *err)
 {
 	pthread_mutex_lock(&F.lock);
 	F.calls++;
+	F.upload = upload;
 	int r = 0;
 	if (F.put_limit && F.nchunks >= F.put_limit)
 		r = dmar_error_set(err, -ENOSPC, "arena full");
@@ -799,12 +802,31 @@ static void test_upload(void **state)
 	make_batch(&b, c, 3, -1);
 
 	struct resp r;
+	F.upload = 1;
 	http_full(&r, "POST", "/v1/chunks", b.p, b.len, &(struct req_opts){ .ctype = "application/x-dmar-chunks" });
 	assert_int_equal(r.status, 200);
 	assert_int_equal(json_integer_value(json_object_get(r.json, "received")), 3);
 	assert_int_equal(json_integer_value(json_object_get(r.json, "bytes")), 75001);
 	resp_free(&r);
 	assert_int_equal(F.nchunks, 3);
+	assert_int_equal(F.upload, 0); /* no X-Dmar-Upload */
+
+	/* The upload id reaches put_chunk; a malformed one is refused. */
+	http_full(&r, "POST", "/v1/chunks", b.p, b.len,
+		  &(struct req_opts){ .ctype = "application/x-dmar-chunks", .header = "X-Dmar-Upload: 00000000deadbeef" });
+	assert_int_equal(r.status, 200);
+	resp_free(&r);
+	assert_true(F.upload == 0xdeadbeef);
+	const char *bad[] = { "X-Dmar-Upload: 0000000000000000", "X-Dmar-Upload: deadbeef",
+			      "X-Dmar-Upload: 00000000deadbeef0", "X-Dmar-Upload: 00000000deadbeeg" };
+	for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++) {
+		F.upload = 1;
+		http_full(&r, "POST", "/v1/chunks", b.p, b.len,
+			  &(struct req_opts){ .ctype = "application/x-dmar-chunks", .header = bad[k] });
+		assert_error(&r, 400, "EINVAL");
+		resp_free(&r);
+		assert_true(F.upload == 1); /* refused before any chunk */
+	}
 	struct fake_chunk *fc = find_chunk(&c[1].id);
 	assert_non_null(fc);
 	assert_int_equal(fc->enc, DMAR_WIRE_ZSTD);
