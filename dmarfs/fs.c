@@ -353,7 +353,9 @@ static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
 		      const char *newname, unsigned int flags)
 {
-	fuse_reply_err(req, -ns_rename(FS(req), INO(req, parent), name, INO(req, newparent), newname, flags));
+	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+	fuse_reply_err(req, -ns_rename(FS(req), INO(req, parent), name, INO(req, newparent), newname, flags, ctx->uid,
+				       ctx->gid));
 }
 
 static void reply_xattr(fuse_req_t req, ssize_t n, const void *buf, size_t size)

@@ -286,9 +286,14 @@ int main(int argc, char **argv)
 	}
 	dmarfs_set_node(fs, node);
 
+	/* A mount by root is shared like tmpfs: every user, with the mode
+	 * bits checked by the kernel (default_permissions).  FUSE's own
+	 * default, the mounting user only, is what a mount by a user gets,
+	 * or one asked to be private. */
+	bool open_to_all = !o.private && (o.allow_other || geteuid() == 0);
 	if (fuse_opt_add_arg(&args, argv[0]) || add_arg(&args, "-ofsname=%s", o.source) ||
 	    fuse_opt_add_arg(&args, "-osubtype=dmarfs") || fuse_opt_add_arg(&args, "-odefault_permissions") ||
-	    (o.allow_other && fuse_opt_add_arg(&args, "-oallow_other")) || (o.ro && fuse_opt_add_arg(&args, "-oro")) ||
+	    (open_to_all && fuse_opt_add_arg(&args, "-oallow_other")) || (o.ro && fuse_opt_add_arg(&args, "-oro")) ||
 	    (o.fuse_opts && add_arg(&args, "-o%s", o.fuse_opts)) || (o.debug && fuse_opt_add_arg(&args, "-d"))) {
 		fprintf(stderr, "dmarfs: out of memory\n");
 		goto out;

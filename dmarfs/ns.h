@@ -119,6 +119,7 @@ struct dmarfs {
 	 * the first failure to record, for the log (protected by ns). */
 	uint64_t ckpt_bytes;
 	int record_err;
+	bool forget_warned; /* a FORGET of more lookups than counted was logged */
 	bool replaying;       /* persist.c's attach: contents hold nothing yet */
 	struct {
 		void (*refs)(void *ctx, const struct dmar_file_refs *r);
@@ -194,11 +195,12 @@ enum ns_kind { NS_FILE, NS_DIR, NS_ANY };
  * NS_DIR as rmdir(2) (-ENOTDIR, -ENOTEMPTY), NS_ANY either (an empty
  * directory or anything else).  -ENOENT. */
 int ns_remove(struct dmarfs *fs, struct inode *d, const char *name, enum ns_kind kind);
-/* rename(2) with RENAME_NOREPLACE or RENAME_EXCHANGE: -EINVAL (flags, or
- * a directory into itself), -ENOENT, -EEXIST, -ENOTDIR, -EISDIR,
- * -ENOTEMPTY. */
+/* rename(2) with RENAME_NOREPLACE, RENAME_EXCHANGE or RENAME_WHITEOUT
+ * (name becomes a whiteout, a character device 0:0 owned by uid/gid, in
+ * the same step): -EINVAL (flags, or a directory into itself), -ENOENT,
+ * -EEXIST, -ENOTDIR, -EISDIR, -ENOTEMPTY, -ENOSPC. */
 int ns_rename(struct dmarfs *fs, struct inode *d, const char *name, struct inode *nd, const char *newname,
-	      unsigned flags);
+	      unsigned flags, uid_t uid, gid_t gid);
 
 /* setattr(2)'s changes, those of set (NS_SET_*). */
 enum {

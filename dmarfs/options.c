@@ -51,6 +51,7 @@ static const struct opt_desc table[] = {
 	O("tls_ca", T_STR, tls_ca),
 	O("view", T_STR, view),
 	O("allow_other", T_FLAG, allow_other),
+	O("private", T_FLAG, private),
 	O("ro", T_FLAG, ro),
 	O("threads", T_UINT, threads),
 	/* handed to the kernel as they are */
@@ -245,7 +246,9 @@ static const char usage[] =
 	"  token=FILE       shared secret for the API (needed beyond loopback)\n"
 	"  tls_cert=FILE, tls_key=FILE   serve HTTPS;  tls_ca=FILE  CA of the peers\n"
 	"  view=PEER        show PEER's files at the root (a client, no server)\n"
-	"  allow_other      let other users access the mount\n"
+	"  allow_other      let other users access the mount (a mount by root does:\n"
+	"                   the kernel checks the mode bits, as on tmpfs)\n"
+	"  private          only the mounting user may access the mount\n"
 	"  threads=N        most threads serving requests (default 16)\n"
 	"  ro, rw, nosuid, nodev, noexec, noatime, ...   as for any mount\n"
 	"  -f               stay in the foreground;  -d  debug (implies -f)\n";

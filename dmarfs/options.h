@@ -33,7 +33,7 @@ struct dmarfs_opts {
 	char *node;          /* node=NAME; a node when any of node/listen/peers/view is given */
 	char *listen, *peers, *token, *tls_cert, *tls_key, *tls_ca;
 	char *view;          /* view=PEER: the mount shows that peer's files */
-	bool foreground, debug, allow_other, ro;
+	bool foreground, debug, allow_other, private, ro;
 	unsigned threads;    /* most FUSE worker threads */
 	char *fuse_opts;     /* generic options passed to the kernel/libfuse */
 };

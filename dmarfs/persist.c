@@ -371,7 +371,7 @@ int persist_remove(struct dmarfs *fs, struct inode *d, const char *name, struct 
 }
 
 int persist_rename(struct dmarfs *fs, struct inode *d, const char *name, struct inode *nd, const char *newname,
-		   unsigned flags, struct timespec t)
+		   unsigned flags, struct inode *whiteout, struct timespec t)
 {
 	if (!recording(fs))
 		return 0;
@@ -383,6 +383,10 @@ int persist_rename(struct dmarfs *fs, struct inode *d, const char *name, struct 
 	rec_put(&r, name, n);
 	rec_put(&r, newname, nn);
 	op_end(&r, at);
+	if (whiteout) {
+		put_inode(&r, whiteout);
+		put_link(&r, d, name, whiteout, t, LINK_TOUCH);
+	}
 	/* A rename over a file frees it: it may use the spare. */
 	int e = rec_flush(fs, &r, true);
 	rec_free(&r);

@@ -44,8 +44,10 @@
 int persist_make(struct dmarfs *fs, struct inode *d, const char *name, struct inode *i, struct timespec t);
 int persist_link(struct dmarfs *fs, struct inode *d, const char *name, struct inode *i, struct timespec t);
 int persist_remove(struct dmarfs *fs, struct inode *d, const char *name, struct timespec t);
+/* whiteout (or NULL): a new inode that takes name in d as the rename
+ * leaves it, in the same record. */
 int persist_rename(struct dmarfs *fs, struct inode *d, const char *name, struct inode *nd, const char *newname,
-		   unsigned flags, struct timespec t);
+		   unsigned flags, struct inode *whiteout, struct timespec t);
 /* A new file (nobody else can reach it yet) named name in d, replacing
  * what is there with replace: its attributes, contents and name in one
  * record (a file whose extents do not fit one record gets its name in

@@ -25,6 +25,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -694,6 +695,10 @@ static void reply_error(fuse_req_t req, struct rinode *ri, const char *what, int
 static void r_lookup(fuse_req_t req, struct rinode *d, const char *name)
 {
 	struct dmarfs *fs = FS(req);
+	if (strlen(name) > NAME_MAX) {
+		fuse_reply_err(req, ENAMETOOLONG); /* no peer has such a name either */
+		return;
+	}
 	char *path = join(d->path, name);
 	if (!path) {
 		fuse_reply_err(req, ENOMEM);

@@ -1257,6 +1257,101 @@ static int t_times_modes(void)
 
 /* Runs in a child as uid/gid 65534; returns 0 when every access decision is
  * right, else the number of wrong ones (messages on stdout). */
+/* Where dmarfs once differed from tmpfs (pjdfstest-style cases). */
+static int t_posix_edges(void)
+{
+	/* A component longer than NAME_MAX: ENAMETOOLONG, also on the way to
+	 * something that exists (the lookup of the long name, not ENOENT). */
+	char longname[NAME_MAX + 2];
+	memset(longname, 'n', NAME_MAX + 1);
+	longname[NAME_MAX + 1] = 0;
+	char through[PATH_MAX];
+	snprintf(through, sizeof(through), "%s/f", longname);
+	if (make_file(P("nf"), "x", 1, 0644) < 0)
+		FAIL("make nf: %s", strerrorname_np(errno));
+	OK(mkdir(P("nd"), 0755));
+	const char *paths[] = { longname, through };
+	for (int k = 0; k < 2; k++) {
+		const char *x = P(paths[k]);
+		struct stat st;
+		ERR(stat(x, &st), ENAMETOOLONG);
+		ERR(chmod(x, 0644), ENAMETOOLONG);
+		ERR(chown(x, 0, 0), ENAMETOOLONG);
+		ERR(lchown(x, 0, 0), ENAMETOOLONG);
+		ERR(truncate(x, 0), ENAMETOOLONG);
+		ERR(unlink(x), ENAMETOOLONG);
+		ERR(rmdir(x), ENAMETOOLONG);
+		ERR(link(x, P("nl")), ENAMETOOLONG);
+		ERR(rename(x, P("nl")), ENAMETOOLONG);
+		ERR(open(x, O_RDONLY), ENAMETOOLONG);
+		ERR(open(x, O_CREAT | O_WRONLY, 0644), ENAMETOOLONG);
+		ERR(mkdir(x, 0755), ENAMETOOLONG);
+		ERR(rename(P("nf"), x), ENAMETOOLONG);
+		ERR(link(P("nf"), x), ENAMETOOLONG);
+		ERR(symlink("nf", x), ENAMETOOLONG);
+	}
+	/* NAME_MAX itself is a valid name. */
+	longname[NAME_MAX] = 0;
+	OK(rename(P("nf"), P(longname)));
+	OK(unlink(P(longname)));
+	OK(rmdir(P("nd")));
+
+	/* rename over a file that has other hard links: its ctime changes,
+	 * as seen through another link (its attributes are cached there). */
+	if (make_file(P("rx"), "x", 1, 0644) < 0 || make_file(P("ry"), "y", 1, 0644) < 0)
+		FAIL("make files: %s", strerrorname_np(errno));
+	OK(link(P("ry"), P("ry2")));
+	struct stat before, after;
+	OK(stat(P("ry2"), &before));
+	usleep(30000);
+	OK(rename(P("rx"), P("ry")));
+	OK(stat(P("ry2"), &after));
+	EXPECT(after.st_nlink == 1, "the replaced file has nlink %lu, expected 1", (unsigned long)after.st_nlink);
+	EXPECT(after.st_ctim.tv_sec > before.st_ctim.tv_sec ||
+		       (after.st_ctim.tv_sec == before.st_ctim.tv_sec && after.st_ctim.tv_nsec > before.st_ctim.tv_nsec),
+	       "rename over a file with another link left its ctime at %lld.%09ld", (long long)after.st_ctim.tv_sec,
+	       after.st_ctim.tv_nsec);
+	/* and as the filesystem keeps it, once the kernel's cached
+	 * attributes (1 s on dmarfs) have expired */
+	usleep(1100000);
+	struct stat later;
+	OK(stat(P("ry2"), &later));
+	EXPECT(later.st_ctim.tv_sec > before.st_ctim.tv_sec ||
+		       (later.st_ctim.tv_sec == before.st_ctim.tv_sec && later.st_ctim.tv_nsec > before.st_ctim.tv_nsec),
+	       "1 s after a rename over it, a file with another link has its old ctime %lld.%09ld",
+	       (long long)later.st_ctim.tv_sec, later.st_ctim.tv_nsec);
+	OK(unlink(P("ry")));
+	OK(unlink(P("ry2")));
+
+	/* RENAME_WHITEOUT (overlayfs's upper directory): the source name
+	 * becomes a whiteout, a character device 0:0. */
+	if (geteuid() != 0) {
+		note("RENAME_WHITEOUT needs CAP_MKNOD: not tried");
+		return 0;
+	}
+	if (make_file(P("wa"), "w", 1, 0644) < 0)
+		FAIL("make wa: %s", strerrorname_np(errno));
+	struct stat wa, wo;
+	OK(stat(P("wa"), &wa));
+	OK(renameat2(AT_FDCWD, P("wa"), AT_FDCWD, P("wb"), RENAME_WHITEOUT));
+	OK(lstat(P("wa"), &wo));
+	EXPECT(S_ISCHR(wo.st_mode) && wo.st_rdev == makedev(0, 0), "the whiteout is mode %o rdev %lx",
+	       (unsigned)wo.st_mode, (unsigned long)wo.st_rdev);
+	OK(stat(P("wb"), &wo));
+	EXPECT(wo.st_ino == wa.st_ino, "wb is not the renamed file");
+	/* over an existing target too */
+	if (make_file(P("wc"), "c", 1, 0644) < 0)
+		FAIL("make wc: %s", strerrorname_np(errno));
+	OK(renameat2(AT_FDCWD, P("wb"), AT_FDCWD, P("wc"), RENAME_WHITEOUT));
+	OK(lstat(P("wb"), &wo));
+	EXPECT(S_ISCHR(wo.st_mode), "no whiteout over an existing target");
+	ERR(renameat2(AT_FDCWD, P("wc"), AT_FDCWD, P("wb"), RENAME_WHITEOUT | RENAME_EXCHANGE), EINVAL);
+	OK(unlink(P("wa")));
+	OK(unlink(P("wb")));
+	OK(unlink(P("wc")));
+	return 0;
+}
+
 static int perm_child(void)
 {
 	int bad = 0;
@@ -2100,6 +2195,7 @@ static const struct check checks[] = {
 	{ "symlinks", t_symlink },
 	{ "chmod/chown/utimensat and ctime/mtime rules", t_times_modes },
 	{ "permissions for uid 65534", t_permissions },
+	{ "NAME_MAX lookups, rename ctime, RENAME_WHITEOUT", t_posix_edges },
 	{ "fsync/fdatasync (and encoding state)", t_fsync },
 	{ "fcntl and flock locks between processes", t_locks },
 	{ "shared writable mmap coherent with read/write", t_mmap },

@@ -370,17 +370,28 @@ static void test_rules(void **state)
 	make(&m, root, "a", S_IFREG | 0644, NULL);
 	make(&m, root, "b", S_IFREG | 0644, NULL);
 	struct inode *a = look(&m, root, "a"), *b = look(&m, root, "b");
-	assert_int_equal(ns_rename(fs, root, "a", root, "b", RENAME_NOREPLACE), -EEXIST);
-	assert_int_equal(ns_rename(fs, root, "a", root, "b", RENAME_EXCHANGE), 0);
+	assert_int_equal(ns_rename(fs, root, "a", root, "b", RENAME_NOREPLACE, 0, 0), -EEXIST);
+	assert_int_equal(ns_rename(fs, root, "a", root, "b", RENAME_EXCHANGE, 0, 0), 0);
 	assert_ptr_equal(look(&m, root, "a"), b);
 	assert_ptr_equal(look(&m, root, "b"), a);
-	assert_int_equal(ns_rename(fs, root, "a", root, "zz", RENAME_EXCHANGE), -ENOENT);
-	assert_int_equal(ns_rename(fs, root, "d", d, "self", 0), -EINVAL);
-	assert_int_equal(ns_rename(fs, root, "f", root, "d", 0), -EISDIR);
-	assert_int_equal(ns_rename(fs, root, "sgid", root, "f", 0), -ENOTDIR);
-	assert_int_equal(ns_rename(fs, root, "sgid", root, "d", 0), -ENOTEMPTY);
-	assert_int_equal(ns_rename(fs, root, "a", root, "b", 0), 0);
+	assert_int_equal(ns_rename(fs, root, "a", root, "zz", RENAME_EXCHANGE, 0, 0), -ENOENT);
+	assert_int_equal(ns_rename(fs, root, "d", d, "self", 0, 0, 0), -EINVAL);
+	assert_int_equal(ns_rename(fs, root, "f", root, "d", 0, 0, 0), -EISDIR);
+	assert_int_equal(ns_rename(fs, root, "sgid", root, "f", 0, 0, 0), -ENOTDIR);
+	assert_int_equal(ns_rename(fs, root, "sgid", root, "d", 0, 0, 0), -ENOTEMPTY);
+	assert_int_equal(ns_rename(fs, root, "a", root, "b", 0, 0, 0), 0);
 	assert_int_equal(ns_lookup(fs, root, "a", &i), -ENOENT);
+	/* RENAME_WHITEOUT: the old name becomes a 0:0 character device of
+	 * the caller's; not with RENAME_EXCHANGE */
+	assert_int_equal(ns_rename(fs, root, "b", root, "wb", RENAME_WHITEOUT, 1000, 1001), 0);
+	struct inode *wo = look(&m, root, "b");
+	assert_true(S_ISCHR(wo->mode) && wo->rdev == 0 && wo->uid == 1000 && wo->gid == 1001);
+	assert_ptr_equal(look(&m, root, "wb"), b);
+	assert_int_equal(ns_rename(fs, root, "wb", root, "b", RENAME_WHITEOUT | RENAME_EXCHANGE, 0, 0), -EINVAL);
+	assert_int_equal(ns_remove(fs, root, "b", NS_FILE), 0);
+	assert_int_equal(ns_remove(fs, root, "wb", NS_FILE), 0);
+	/* a name longer than NAME_MAX is too long, not absent */
+	assert_int_equal(ns_lookup(fs, root, longname, &i), -ENAMETOOLONG);
 
 	/* link(2): not of a directory */
 	assert_int_equal(ns_link(fs, d, root, "dlink", &i), -EPERM);
@@ -470,10 +481,10 @@ static void build(struct mnt *m, uint8_t *big, size_t bigsz)
 	assert_int_equal(ns_link(fs, s, sub, "small-link", &i), 0);
 	ns_forget(fs, i, 1);
 	make(m, root, "tmp", S_IFREG | 0644, NULL);
-	assert_int_equal(ns_rename(fs, root, "tmp", d, "renamed", 0), 0);
+	assert_int_equal(ns_rename(fs, root, "tmp", d, "renamed", 0, 0, 0), 0);
 	make(m, root, "x", S_IFDIR | 0755, NULL);
 	make(m, root, "y", S_IFREG | 0644, NULL);
-	assert_int_equal(ns_rename(fs, root, "x", root, "y", RENAME_EXCHANGE), 0);
+	assert_int_equal(ns_rename(fs, root, "x", root, "y", RENAME_EXCHANGE, 0, 0), 0);
 	make(m, root, "doomed", S_IFREG | 0644, NULL);
 	put(m, look(m, root, "doomed"), 0, big, 65536, true);
 	assert_int_equal(ns_remove(fs, root, "doomed", NS_FILE), 0);
@@ -485,7 +496,10 @@ static void build(struct mnt *m, uint8_t *big, size_t bigsz)
 	struct inode *n = make(m, root, "new", S_IFREG | 0644, NULL);
 	put(m, n, 0, big + 5000, 50000, true);
 	assert_int_equal(ns_encode(fs, n, &fs->cfg.ctx, 3), 0);
-	assert_int_equal(ns_rename(fs, root, "new", root, "old", 0), 0);
+	assert_int_equal(ns_rename(fs, root, "new", root, "old", 0, 0, 0), 0);
+	/* a rename that leaves a whiteout: both in one record */
+	make(m, root, "upper", S_IFREG | 0644, NULL);
+	assert_int_equal(ns_rename(fs, root, "upper", sub, "moved", RENAME_WHITEOUT, 7, 8), 0);
 }
 
 static void test_replay(void **state)
@@ -529,11 +543,12 @@ static void test_replay(void **state)
 
 	/* Everything removed: the arena is back to what an empty tree
 	 * holds, once a checkpoint has dropped the history. */
-	const char *top[] = { "dir", "link", "small.txt", "sparse", "x", "y", "old", "unsynced" };
+	const char *top[] = { "dir", "link", "small.txt", "sparse", "x", "y", "old", "unsynced", "upper" };
 	struct inode *d = look(&m, m.fs->root, "dir");
 	struct inode *sub = look(&m, d, "sub");
 	assert_int_equal(ns_remove(m.fs, sub, "weights-copy.bin", NS_FILE), 0);
 	assert_int_equal(ns_remove(m.fs, sub, "small-link", NS_FILE), 0);
+	assert_int_equal(ns_remove(m.fs, sub, "moved", NS_FILE), 0);
 	assert_int_equal(ns_remove(m.fs, d, "sub", NS_DIR), 0);
 	for (const char *const *n = (const char *const[]){ "fifo", "weights.bin", "renamed", NULL }; *n; n++)
 		assert_int_equal(ns_remove(m.fs, d, *n, NS_FILE), 0);
