@@ -287,7 +287,7 @@ int dmarfs_opts_parse(int argc, char **argv, struct dmarfs_opts *o)
 			if (parse_list(o, a + 2) < 0)
 				return -EINVAL;
 		} else if (a[0] == '-' && a[1]) {
-			fprintf(stderr, "dmarfs: unknown option '%s'\n%s", a, usage);
+			fprintf(stderr, "dmarfs: unknown option '%s' (dmarfs --help lists them)\n", a);
 			return -EINVAL;
 		} else if (npos < 2) {
 			pos[npos++] = argv[i];
