@@ -55,13 +55,14 @@
 #define ZSTD_STATIC_LINKING_ONLY /* ZSTD_c_format: magicless frames */
 #include <zstd.h>
 
+#include "admit.h"
 #include "server.h"
 #include "ws.h"
 
 /* Connections at once, each on its own thread (mostly asleep: an idle
- * one costs a stack's virtual memory, not CPU).  Many, and a per-address
- * share, because a connection needs no token to be opened: a few dozen
- * idle sockets must not lock the node's peers out. */
+ * one costs a stack's virtual memory, not CPU), and a per-address share.
+ * Those that never finish a request are closed by the admission (admit.h)
+ * long before these fill. */
 #define CONNECTIONS_DEFAULT 1024
 #define CONNECTIONS_PER_IP 256
 #define JSON_BODY_MAX (1u << 20)
@@ -124,6 +125,7 @@ struct dmar_server {
 	 * transfer cost this end, counted here rather than believed. */
 	atomic_uint_fast64_t requests;    /* every request that reached the handler */
 	atomic_uint_fast64_t connections; /* every connection accepted (a TCP, and TLS, handshake each) */
+	struct dmar_admit *admit;         /* which unauthenticated connections stay (admit.h) */
 };
 
 /* Per connection (MHD's socket context): the zstd state and scratch that
@@ -134,6 +136,7 @@ struct conn {
 	/* a batch body with Content-Encoding: zstd */
 	ZSTD_DCtx *bdctx;
 	uint8_t *zout; /* BATCH_ZOUT bytes: what the stream decodes to, fed to the parser */
+	struct dmar_admit_conn *adm; /* pending until a request head authenticates */
 };
 
 /* ---- requests ---------------------------------------------------------------- */
@@ -460,9 +463,13 @@ static enum MHD_Result h_node(struct req *q)
 		return reply_error(q, -EIO, 0, "node: info gave no object");
 	}
 	json_object_set_new(o, "version", json_string(PACKAGE_VERSION));
+	struct dmar_admit_stats as;
+	dmar_admit_stats(q->s->admit, &as);
 	json_object_set_new(o, "server",
-			    json_pack("{s:I, s:I}", "requests", (json_int_t)atomic_load(&q->s->requests),
-				      "connections", (json_int_t)atomic_load(&q->s->connections)));
+			    json_pack("{s:I, s:I, s:I, s:I, s:I, s:I}", "requests", (json_int_t)atomic_load(&q->s->requests),
+				      "connections", (json_int_t)atomic_load(&q->s->connections), "pending",
+				      (json_int_t)as.pending, "trusted", (json_int_t)as.trusted, "closed_slow",
+				      (json_int_t)as.expired, "closed_for_room", (json_int_t)as.evicted));
 	return reply_json(q, MHD_HTTP_OK, o);
 }
 
@@ -1520,6 +1527,7 @@ static enum MHD_Result begin(struct req *q, const char *url, const char *method)
 	if (!authorized(q))
 		return reply_error_full(q, -EKEYREJECTED, MHD_HTTP_UNAUTHORIZED, "missing or wrong bearer token", NULL,
 					MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+	dmar_admit_head(s->admit, q->conn->adm, true);
 	enum MHD_Result r = route(q, url, method);
 	if (q->answered || r == MHD_NO)
 		return r;
@@ -1738,14 +1746,20 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum 
 static void connection_notify(void *cls, struct MHD_Connection *c, void **socket_context,
 			      enum MHD_ConnectionNotificationCode toe)
 {
+	struct dmar_server *s = cls;
 	if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
-		struct dmar_server *s = cls;
 		atomic_fetch_add(&s->connections, 1);
-		*socket_context = calloc(1, sizeof(struct conn));
+		struct conn *cn = calloc(1, sizeof(struct conn));
+		*socket_context = cn;
+		const union MHD_ConnectionInfo *fd = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+		const union MHD_ConnectionInfo *ad = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+		if (cn && fd)
+			cn->adm = dmar_admit_open(s->admit, fd->connect_fd, ad ? ad->client_addr : NULL);
 		return;
 	}
 	struct conn *cn = *socket_context;
 	if (cn) {
+		dmar_admit_close(s->admit, cn->adm);
 		ZSTD_freeDCtx(cn->dctx);
 		free(cn->scratch);
 		ZSTD_freeDCtx(cn->bdctx);
@@ -1875,6 +1889,7 @@ void dmar_server_stop(struct dmar_server *s)
 	s->clients = NULL;
 	if (s->d)
 		MHD_stop_daemon(s->d);
+	dmar_admit_free(s->admit); /* after MHD: every connection has been closed */
 	if (s->wake[0] >= 0)
 		close(s->wake[0]);
 	if (s->wake[1] >= 0)
@@ -1943,6 +1958,11 @@ int dmar_server_start(struct dmar_server **out, const struct dmar_server_opts *o
 		{ MHD_OPTION_HTTPS_MEM_KEY, 0, s->key },
 		{ MHD_OPTION_END, 0, NULL },
 	};
+	if ((r = dmar_admit_new(&s->admit, o->admit)) < 0) {
+		close(fd);
+		dmar_error_set(err, r, "server: cannot start the admission thread");
+		goto fail;
+	}
 	unsigned conns = o->threads ? o->threads : CONNECTIONS_DEFAULT;
 	s->d = MHD_start_daemon(flags, 0, NULL, NULL, handle, s,
 				MHD_OPTION_LISTEN_SOCKET, fd,

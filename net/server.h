@@ -24,6 +24,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "admit.h"
 #include "error.h"
 #include "hash.h"
 #include "wire.h"
@@ -113,6 +114,8 @@ struct dmar_server_opts {
 			       * long POST /v1/transfers or a big upload never holds up
 			       * another); further ones are not served until one ends.
 			       * 0: 1024, at most 256 from one address */
+	const struct dmar_admit_opts *admit; /* connections without a complete request:
+					      * NULL, the defaults of admit.h */
 };
 
 struct dmar_server;
