@@ -151,6 +151,9 @@ enum match { MATCH_EXACT, MATCH_TREE, MATCH_ID };
 
 #define CT_RECIPE "application/x-dmar-recipe"
 #define CT_RECIPE_SHORT "application/x-dmar-recipe-short"
+#define CT_IDS "application/octet-stream"
+#define CT_CHUNKS "application/x-dmar-chunks"
+#define CT_JSON "application/json"
 
 struct req;
 typedef enum MHD_Result (*handler_fn)(struct req *q);
@@ -1443,16 +1446,16 @@ static enum MHD_Result h_events(struct req *q)
 /* Exact paths before the patterns that would swallow them. */
 static const struct route routes[] = {
 	{ "GET", "/v1/node", MATCH_EXACT, BODY_NONE, { NULL }, h_node },
-	{ "POST", "/v1/chunks/query", MATCH_EXACT, BODY_BUF, { NULL }, h_query },
-	{ "POST", "/v1/chunks/fetch", MATCH_EXACT, BODY_BUF, { NULL }, h_fetch },
-	{ "POST", "/v1/chunks", MATCH_EXACT, BODY_BATCH, { NULL }, h_put_chunks },
+	{ "POST", "/v1/chunks/query", MATCH_EXACT, BODY_BUF, { CT_IDS }, h_query },
+	{ "POST", "/v1/chunks/fetch", MATCH_EXACT, BODY_BUF, { CT_IDS }, h_fetch },
+	{ "POST", "/v1/chunks", MATCH_EXACT, BODY_BATCH, { CT_CHUNKS }, h_put_chunks },
 	{ "GET", "/v1/chunks/", MATCH_ID, BODY_NONE, { NULL }, h_get_chunk },
 	{ "GET", "/v1/files", MATCH_TREE, BODY_NONE, { NULL }, h_stat },
 	{ "DELETE", "/v1/files", MATCH_TREE, BODY_NONE, { NULL }, h_remove },
 	{ "PUT", "/v1/files", MATCH_TREE, BODY_BUF, { CT_RECIPE, CT_RECIPE_SHORT }, h_commit },
-	{ "PUT", "/v1/dirs", MATCH_TREE, BODY_JSON, { NULL }, h_mkdir },
+	{ "PUT", "/v1/dirs", MATCH_TREE, BODY_JSON, { CT_JSON }, h_mkdir },
 	{ "GET", "/v1/recipes", MATCH_TREE, BODY_NONE, { NULL }, h_recipe },
-	{ "POST", "/v1/transfers", MATCH_EXACT, BODY_JSON, { NULL }, h_transfer },
+	{ "POST", "/v1/transfers", MATCH_EXACT, BODY_JSON, { CT_JSON }, h_transfer },
 	{ "GET", "/v1/events", MATCH_EXACT, BODY_NONE, { NULL }, h_events },
 };
 #define NROUTES (sizeof(routes) / sizeof(routes[0]))
@@ -1520,6 +1523,20 @@ static enum MHD_Result route(struct req *q, const char *url, const char *method)
 
 /* ---- the access handler ------------------------------------------------------ */
 
+struct framing {
+	unsigned lengths, encodings; /* Content-Length, Transfer-Encoding headers */
+};
+
+static enum MHD_Result count_framing(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
+{
+	(void)kind;
+	(void)value;
+	struct framing *f = cls;
+	f->lengths += !strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH);
+	f->encodings += !strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING);
+	return MHD_YES;
+}
+
 /* The first call: everything that can be refused before the body. */
 static enum MHD_Result begin(struct req *q, const char *url, const char *method)
 {
@@ -1532,12 +1549,23 @@ static enum MHD_Result begin(struct req *q, const char *url, const char *method)
 	if (q->answered || r == MHD_NO)
 		return r;
 	const struct route *rt = q->rt;
+	/* One way to know where the body ends (RFC 9112 6.3): a second
+	 * Content-Length, or one beside Transfer-Encoding, is how requests
+	 * are smuggled past a proxy that reads the other. */
+	struct framing fr = { 0 };
+	MHD_get_connection_values(q->c, MHD_HEADER_KIND, count_framing, &fr);
+	if (fr.lengths > 1)
+		return reply_error(q, -EINVAL, 0, "more than one Content-Length");
+	if (fr.lengths && fr.encodings)
+		return reply_error(q, -EINVAL, 0, "Content-Length and Transfer-Encoding together");
+	const char *cl = header(q, MHD_HTTP_HEADER_CONTENT_LENGTH);
+	bool has_body = fr.encodings || (cl && strcmp(cl, "0") != 0);
 	const char *ct = header(q, MHD_HTTP_HEADER_CONTENT_TYPE);
-	if (rt->ctype[0] && !media_type_is(ct, rt->ctype[0]) && !(rt->ctype[1] && media_type_is(ct, rt->ctype[1])))
+	if (rt->ctype[0] && (has_body || rt->body != BODY_JSON) && !media_type_is(ct, rt->ctype[0]) &&
+	    !(rt->ctype[1] && media_type_is(ct, rt->ctype[1])))
 		return reply_errorf(q, -ENOTSUP, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE, "Content-Type must be %s%s%s",
 				    rt->ctype[0], rt->ctype[1] ? " or " : "", rt->ctype[1] ? rt->ctype[1] : "");
 	q->limit = rt->body == BODY_JSON && s->max_body > JSON_BODY_MAX ? JSON_BODY_MAX : s->max_body;
-	const char *cl = header(q, MHD_HTTP_HEADER_CONTENT_LENGTH);
 	q->clen = UINT64_MAX;
 	if (cl) {
 		char *end;

@@ -266,11 +266,11 @@ check "id lists not a positive multiple of 32 bytes: 400"
 head -c 33 /dev/zero >"$T/q-33"
 head -c 31 /dev/zero >"$T/q-31"
 for f in q-33 q-31; do
-	expect 400 "query of $f" POST /v1/chunks/query --data-binary "@$T/$f"
+	expect 400 "query of $f" POST /v1/chunks/query -H "Content-Type: application/octet-stream" --data-binary "@$T/$f"
 	has_error 'multiple of 32' "query of $f"
-	expect 400 "fetch of $f" POST /v1/chunks/fetch --data-binary "@$T/$f"
+	expect 400 "fetch of $f" POST /v1/chunks/fetch -H "Content-Type: application/octet-stream" --data-binary "@$T/$f"
 done
-expect 400 "an empty query" POST /v1/chunks/query --data-binary ''
+expect 400 "an empty query" POST /v1/chunks/query -H "Content-Type: application/octet-stream" --data-binary ''
 expect 400 "GET /v1/chunks/ with a bad id" GET /v1/chunks/xyz
 expect 400 "GET /v1/chunks/ with 63 hex digits" GET "/v1/chunks/$(printf '%063d' 0)"
 

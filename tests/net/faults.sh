@@ -150,7 +150,7 @@ grep -q "$good" "$T/api.body" && fail "the 422 names the good chunk too: $(cat "
 [ "$(json_get "$T/api.body" bad_count)" = 1 ] || fail "bad_count is not 1: $(cat "$T/api.body")"
 [ "$(json_get "$T/api.body" received)" = 1 ] || fail "received is not 1 (the good chunk): $(cat "$T/api.body")"
 $WIRE ids "$T/q-ids" "$good" "$bad"
-code=$(net_api a b POST /v1/chunks/query --data-binary "@$T/q-ids")
+code=$(net_api a b POST /v1/chunks/query -H "Content-Type: application/octet-stream" --data-binary "@$T/q-ids")
 [ "$code" = 200 ] || fail "query answered $code: $(cat "$T/api.body")"
 got=$(od -An -v -tx1 "$T/api.body" | tr -d ' \n')
 [ "$got" = "$bad" ] || fail "query of (good, bad) says missing: '$got' (want only the bad $bad)"

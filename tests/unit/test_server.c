@@ -563,8 +563,16 @@ static void http_full(struct resp *r, const char *method, const char *path, cons
 		snprintf(line, sizeof(line), "Authorization: Bearer %s", o->token);
 		h = curl_slist_append(h, line);
 	}
-	if (o->ctype) {
-		snprintf(line, sizeof(line), "Content-Type: %s", o->ctype);
+	/* Unless told otherwise, the Content-Type the endpoint takes. */
+	const char *ct = o->ctype;
+	if (!ct)
+		ct = !strncmp(path, "/v1/chunks/query", 16) || !strncmp(path, "/v1/chunks/fetch", 16) ?
+			     "application/octet-stream" :
+		     !strcmp(path, "/v1/chunks") ? "application/x-dmar-chunks" :
+		     !strncmp(path, "/v1/dirs", 8) || !strcmp(path, "/v1/transfers") ? "application/json" :
+											 NULL;
+	if (ct) {
+		snprintf(line, sizeof(line), "Content-Type: %s", ct);
 		h = curl_slist_append(h, line);
 	}
 	if (o->header)
@@ -595,6 +603,30 @@ static void http_full(struct resp *r, const char *method, const char *path, cons
 static void http(struct resp *r, const char *method, const char *path, const void *body, size_t len)
 {
 	http_full(r, method, path, body, len, NULL);
+}
+
+/* A request written as it is (head and body) on a fresh connection; the
+ * status of the answer, 0 if none came. */
+static long raw_status(const char *request)
+{
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	assert_true(fd >= 0);
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(dmar_server_port(S)) };
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	struct timeval tv = { .tv_sec = 10 };
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	size_t n = strlen(request);
+	assert_int_equal(send(fd, request, n, MSG_NOSIGNAL), (ssize_t)n);
+	char reply[512];
+	ssize_t k = recv(fd, reply, sizeof(reply) - 1, 0);
+	close(fd);
+	long status = 0;
+	if (k > 12) {
+		reply[k] = 0;
+		sscanf(reply, "HTTP/1.%*d %ld", &status);
+	}
+	return status;
 }
 
 static void resp_free(struct resp *r)
@@ -1640,6 +1672,44 @@ static void test_routes(void **state)
 	resp_free(&r);
 }
 
+/* RFC 9112 framing: one way to tell where a body ends; and each body
+ * endpoint takes its own Content-Type (415 otherwise). */
+static void test_strict_http(void **state)
+{
+	assert_int_equal(raw_status("GET /v1/node HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"), 200);
+	assert_int_equal(raw_status("POST /v1/chunks/query HTTP/1.1\r\nHost: x\r\nContent-Type: application/octet-stream\r\n"
+				    "Content-Length: 32\r\nContent-Length: 64\r\nConnection: close\r\n\r\n"),
+			 400);
+	assert_int_equal(raw_status("POST /v1/chunks/query HTTP/1.1\r\nHost: x\r\nContent-Type: application/octet-stream\r\n"
+				    "Content-Length: 32\r\nContent-Length: 32\r\nConnection: close\r\n\r\n"),
+			 400);
+	assert_int_equal(raw_status("POST /v1/chunks/query HTTP/1.1\r\nHost: x\r\nContent-Type: application/octet-stream\r\n"
+				    "Content-Length: 32\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"),
+			 400);
+	unsigned calls = F.calls;
+	struct resp r;
+	uint8_t ids[32] = { 0 };
+	const char *wrong[][2] = {
+		{ "/v1/chunks/query", "application/json" },
+		{ "/v1/chunks/fetch", "text/plain" },
+		{ "/v1/chunks", "application/octet-stream" },
+		{ "/v1/transfers", "application/x-www-form-urlencoded" },
+	};
+	for (size_t k = 0; k < sizeof(wrong) / sizeof(wrong[0]); k++) {
+		http_full(&r, "POST", wrong[k][0], ids, sizeof(ids), &(struct req_opts){ .ctype = wrong[k][1] });
+		assert_error(&r, 415, "ENOTSUP");
+		resp_free(&r);
+	}
+	http_full(&r, "PUT", "/v1/dirs/d415", "{}", 2, &(struct req_opts){ .ctype = "text/plain" });
+	assert_error(&r, 415, "ENOTSUP");
+	resp_free(&r);
+	assert_int_equal(F.calls, calls); /* none reached the node */
+	/* a mkdir with no body needs no Content-Type */
+	http_full(&r, "PUT", "/v1/dirs/d-nobody", NULL, 0, NULL);
+	assert_int_equal(r.status, 201);
+	resp_free(&r);
+}
+
 static void test_limits(void **state)
 {
 	struct dmar_server *s;
@@ -2078,6 +2148,7 @@ int main(void)
 		cmocka_unit_test_setup(test_transfer, each_setup),
 		cmocka_unit_test_setup(test_bad_paths, each_setup),
 		cmocka_unit_test_setup(test_routes, each_setup),
+		cmocka_unit_test_setup(test_strict_http, each_setup),
 		cmocka_unit_test_setup(test_limits, each_setup),
 		cmocka_unit_test_setup(test_auth, each_setup),
 		cmocka_unit_test_setup(test_listen, each_setup),
