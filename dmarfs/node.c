@@ -421,17 +421,35 @@ static int op_stat(void *ctx, const char *path, json_t **out, struct dmar_error 
 	if (r < 0)
 		return r;
 	nlink_t nl = ns_nlink(fs, i);
+	const char *slash = strrchr(path, '/');
+	const char *name = slash && slash[1] ? slash + 1 : path;
+	char leaf[256] = "";
+	if (slash && !slash[1]) { /* "dir/": the name before the trailing '/' */
+		const char *b = slash;
+		while (b > path && b[-1] != '/')
+			b--;
+		snprintf(leaf, sizeof(leaf), "%.*s", (int)(slash - b), b);
+		name = leaf;
+	}
 	pthread_rwlock_rdlock(&i->lock);
-	json_t *o = stat_json(fs, i, NULL, nl, true);
+	json_t *o = stat_json(fs, i, name, nl, true);
 	pthread_rwlock_unlock(&i->lock);
 	if (o && S_ISDIR(i->mode)) {
 		/* A snapshot of the entries under ns; each child's attributes
 		 * under its own lock (ns first, then one inode: the order of
 		 * fs.c). */
 		json_t *ents = json_array();
+		json_int_t unlisted = 0;
 		pthread_mutex_lock(&fs->ns);
 		size_t pos = dmar_dir_seek(&i->dir, 0);
 		for (struct dmar_dirent *e; ents && (e = dmar_dir_next(&i->dir, &pos));) {
+			/* A name made locally that JSON cannot carry (not
+			 * UTF-8, a control character) is counted, not listed:
+			 * the API could not name it either. */
+			if (dmar_wire_name_check(e->name, strlen(e->name), false, NULL) < 0) {
+				unlisted++;
+				continue;
+			}
 			struct inode *c = ENTRY_INO(e);
 			pthread_rwlock_rdlock(&c->lock);
 			json_t *cj = stat_json(fs, c, e->name, c->nlink, false);
@@ -441,6 +459,8 @@ static int op_stat(void *ctx, const char *path, json_t **out, struct dmar_error 
 		}
 		pthread_mutex_unlock(&fs->ns);
 		json_object_set_new(o, "entries", ents ? ents : json_array());
+		if (unlisted)
+			json_object_set_new(o, "unlisted", json_integer(unlisted));
 	}
 	unhold(fs, i);
 	if (!o)

@@ -458,6 +458,14 @@ touch:
 
 /* ---- live operations ------------------------------------------------- */
 
+/* Names a new entry may not take: "@..." at the root, where a mount shows
+ * its peers (docs/mount.md, "Names"); the API refuses the same
+ * (dmar_wire_name_check). */
+static bool reserved(const struct dmarfs *fs, const struct inode *d, const char *name)
+{
+	return d == fs->root && name[0] == '@';
+}
+
 int ns_lookup(struct dmarfs *fs, struct inode *d, const char *name, struct inode **out)
 {
 	pthread_mutex_lock(&fs->ns);
@@ -525,6 +533,8 @@ int ns_make(struct dmarfs *fs, struct inode *d, const char *name, mode_t mode, d
 		r = -EEXIST;
 	} else if (strlen(name) > NAME_MAX) {
 		r = -ENAMETOOLONG;
+	} else if (reserved(fs, d, name)) {
+		r = -EINVAL;
 	} else {
 		struct inode *i = child_new(fs, d, mode, uid, gid, t);
 		if (!i) {
@@ -570,6 +580,8 @@ int ns_link(struct dmarfs *fs, struct inode *i, struct inode *d, const char *nam
 		r = -EEXIST;
 	else if (strlen(name) > NAME_MAX)
 		r = -ENAMETOOLONG;
+	else if (reserved(fs, d, name))
+		r = -EINVAL;
 	else if ((r = ns_apply_link(fs, d, name, i, t, true)) == 0) {
 		if ((r = persist_link(fs, d, name, i, t)) < 0) {
 			dmar_dir_remove(&d->dir, dmar_dir_find(&d->dir, name));
@@ -627,6 +639,8 @@ int ns_rename(struct dmarfs *fs, struct inode *d, const char *name, struct inode
 	struct inode *w = NULL;
 	pthread_mutex_lock(&fs->ns);
 	int r = rename_check(fs, d, name, nd, newname, flags, &noop);
+	if (!r && !noop && reserved(fs, nd, newname))
+		r = -EINVAL;
 	if (!r && !noop && wo) {
 		/* The whiteout overlayfs wants: what name shows once the file
 		 * has left, recorded with the rename (a crash keeps both or
@@ -980,6 +994,8 @@ int ns_commit_file(struct dmarfs *fs, struct inode *d, const char *name, struct 
 		r = -EEXIST;
 	else if (!e && strlen(name) > NAME_MAX)
 		r = -ENAMETOOLONG;
+	else if (reserved(fs, d, name))
+		r = -EINVAL;
 	else if ((r = persist_commit(fs, d, name, i, e != NULL, t)) < 0)
 		r = unrecorded(fs, r, "new file");
 	if (!r) {

@@ -795,6 +795,57 @@ int dmar_wire_upload_parse(const char *s, uint64_t *id)
 	return 0;
 }
 
+/* Bytes of the UTF-8 sequence at s (at most n), or 0 if it is not one:
+ * no overlong forms, surrogates or code points past U+10FFFF. */
+static size_t utf8_seq(const unsigned char *s, size_t n)
+{
+	unsigned c = s[0];
+	size_t len;
+	uint32_t cp, min;
+	if (c < 0x80)
+		return 1;
+	if ((c & 0xe0) == 0xc0)
+		len = 2, cp = c & 0x1f, min = 0x80;
+	else if ((c & 0xf0) == 0xe0)
+		len = 3, cp = c & 0x0f, min = 0x800;
+	else if ((c & 0xf8) == 0xf0)
+		len = 4, cp = c & 0x07, min = 0x10000;
+	else
+		return 0;
+	if (len > n)
+		return 0;
+	for (size_t k = 1; k < len; k++) {
+		if ((s[k] & 0xc0) != 0x80)
+			return 0;
+		cp = cp << 6 | (s[k] & 0x3f);
+	}
+	if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+		return 0;
+	return len;
+}
+
+int dmar_wire_name_check(const char *name, size_t n, bool at_root, struct dmar_error *err)
+{
+	const unsigned char *s = (const unsigned char *)name;
+	if (n == 0)
+		return dmar_error_set(err, -EINVAL, "path: empty component ('//')");
+	if (n > 255)
+		return dmar_error_set(err, -EINVAL, "path: a component is longer than 255 bytes");
+	if ((n == 1 && s[0] == '.') || (n == 2 && s[0] == '.' && s[1] == '.'))
+		return dmar_error_set(err, -EINVAL, "path: '.' and '..' components are not allowed");
+	if (at_root && s[0] == '@')
+		return dmar_error_set(err, -EINVAL, "path: names starting with '@' at the root are the peers'");
+	for (size_t k = 0; k < n;) {
+		if (s[k] < 0x20 || s[k] == 0x7f)
+			return dmar_error_set(err, -EINVAL, "path: a control character (byte 0x%02x) in a name", s[k]);
+		size_t q = utf8_seq(s + k, n - k);
+		if (!q)
+			return dmar_error_set(err, -EINVAL, "path: a name that is not valid UTF-8 (byte %zu)", k);
+		k += q;
+	}
+	return 0;
+}
+
 int dmar_wire_path_check(const char *path, struct dmar_error *err)
 {
 	if (!path)
@@ -804,16 +855,12 @@ int dmar_wire_path_check(const char *path, struct dmar_error *err)
 		return dmar_error_set(err, -EINVAL, "path: longer than 4095 bytes");
 	if (path[0] == '/')
 		return dmar_error_set(err, -EINVAL, "path: absolute (starts with '/')");
-	const char *p = path;
-	while (*p) {
+	for (const char *p = path; *p;) {
 		const char *slash = strchr(p, '/');
 		size_t n = slash ? (size_t)(slash - p) : strlen(p);
-		if (n == 0)
-			return dmar_error_set(err, -EINVAL, "path: empty component ('//')");
-		if (n > 255)
-			return dmar_error_set(err, -EINVAL, "path: a component is longer than 255 bytes");
-		if ((n == 1 && p[0] == '.') || (n == 2 && p[0] == '.' && p[1] == '.'))
-			return dmar_error_set(err, -EINVAL, "path: '.' and '..' components are not allowed");
+		int r = dmar_wire_name_check(p, n, p == path, err);
+		if (r < 0)
+			return r;
 		if (!slash)
 			break;
 		p = slash + 1;

@@ -267,11 +267,19 @@ size_t dmar_wire_chunks_verify(const struct dmar_wire_chunk *c, size_t n, bool *
 
 /*
  * A path in the API names something below a node's root: components
- * separated by single '/', none empty, "." or "..", no NUL, each at most
- * 255 bytes, the whole at most 4095.  "" is the root.  A trailing '/' is
- * allowed.  0 or -EINVAL with err saying why.
+ * separated by single '/', each a name dmar_wire_name_check accepts, the
+ * whole at most 4095 bytes.  "" is the root.  A trailing '/' is allowed.
+ * 0 or -EINVAL with err saying why.
  */
 int dmar_wire_path_check(const char *path, struct dmar_error *err); /* NULL: -EINVAL */
+/*
+ * The name policy of the API: the n bytes at name are 1..255 bytes of
+ * valid UTF-8 (JSON carries them), no control character (0x00-0x1f,
+ * 0x7f), not "." or "..", and at_root, not starting with '@' (a mount
+ * shows its peers there as @NAME).  0 or -EINVAL with err (may be NULL)
+ * saying why.
+ */
+int dmar_wire_name_check(const char *name, size_t n, bool at_root, struct dmar_error *err);
 
 /*
  * X-Dmar-Upload names the chunks a sender uploads for one transfer: 16 hex

@@ -225,6 +225,33 @@ unchanged "the path tricks"
 [ ! -e "$T/escape.bin" ] && [ ! -e "$T/escape" ] && [ ! -e /escape.bin ] || fail "a path trick escaped b's root"
 alive "the path tricks"
 
+check "the name policy: '@' at the root, names not UTF-8, control characters: 400 naming why"
+expect 400 "mkdir of '@a'" PUT /v1/dirs/@a
+has_error "'@'" "mkdir of '@a'"
+expect 400 "mkdir of '%40zz'" PUT /v1/dirs/%40zz
+expect 400 "commit at '@a/x'" PUT /v1/files/@a/x -H 'Content-Type: application/x-dmar-recipe' --data-binary "@$T/r-one"
+expect 400 "mkdir of a name not UTF-8" PUT /v1/dirs/bad%FFname
+has_error "UTF-8" "mkdir of a name not UTF-8"
+expect 400 "mkdir of a name with CR LF" PUT /v1/dirs/cr%0D%0Alf
+has_error "control character" "mkdir of a name with CR LF"
+code=$(net_api a b POST /v1/transfers -H 'Content-Type: application/json' -d '{"path":"victim.bin","to":"a","dest":"x\u0001y"}')
+[ "$code" = 400 ] || fail "a transfer to a dest with a control character answered $code"
+unchanged "the refused names"
+check "'@' at the root is refused through the mount too (the peers' names)"
+mkdir "$B/@zz" 2>/dev/null && fail "mkdir of @zz at b's root succeeded"
+mkdir "$B/d/@fine" || fail "mkdir of @fine below the root"
+rmdir "$B/d/@fine"
+check "a file's stat object has its name; a name JSON cannot carry is counted, not listed"
+expect 200 "GET of victim.bin" GET /v1/files/victim.bin
+[ "$(json_get "$T/api.body" name)" = victim.bin ] || fail "GET of victim.bin: no name: $(head -c 300 "$T/api.body")"
+expect 200 "GET of d/" GET /v1/files/d/
+[ "$(json_get "$T/api.body" name)" = d ] || fail "GET of d/: name is not d: $(head -c 300 "$T/api.body")"
+bad=$(printf 'not-utf8-\377')
+: >"$B/d/$bad" || fail "a local file with a name not UTF-8"
+expect 200 "GET of d" GET /v1/files/d
+[ "$(json_get "$T/api.body" unlisted)" = 1 ] || fail "the listing of d does not count its unlisted name: $(head -c 400 "$T/api.body")"
+rm "$B/d/$bad"
+
 # ---- malformed bodies -------------------------------------------------------------
 
 check "malformed JSON to POST /v1/transfers and PUT /v1/dirs: 400 with a message"

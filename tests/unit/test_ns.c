@@ -390,6 +390,14 @@ static void test_rules(void **state)
 	assert_int_equal(ns_rename(fs, root, "wb", root, "b", RENAME_WHITEOUT | RENAME_EXCHANGE, 0, 0), -EINVAL);
 	assert_int_equal(ns_remove(fs, root, "b", NS_FILE), 0);
 	assert_int_equal(ns_remove(fs, root, "wb", NS_FILE), 0);
+	/* "@..." is the peers' at the root, and only there */
+	assert_int_equal(ns_make(fs, root, "@peer", S_IFDIR | 0755, 0, NULL, 0, 0, &i), -EINVAL);
+	assert_int_equal(ns_link(fs, f, root, "@link", &i), -EINVAL);
+	assert_int_equal(ns_rename(fs, root, "sgid", root, "@s", 0, 0, 0), -EINVAL);
+	struct inode *atf = make(&m, d, "@fine", S_IFREG | 0644, NULL);
+	assert_non_null(atf);
+	assert_int_equal(ns_rename(fs, d, "@fine", root, "@b", 0, 0, 0), -EINVAL);
+	assert_int_equal(ns_remove(fs, d, "@fine", NS_FILE), 0);
 	/* a name longer than NAME_MAX is too long, not absent */
 	assert_int_equal(ns_lookup(fs, root, longname, &i), -ENAMETOOLONG);
 

@@ -1216,6 +1216,21 @@ static void test_path_check(void **state)
 	assert_path(".", -EINVAL, "'.'");
 	assert_path("./a", -EINVAL, "'.'");
 	assert_path("a/./", -EINVAL, "'.'");
+	/* the name policy: UTF-8, no control characters, '@' only below the root */
+	assert_path("caf\xc3\xa9/\xe2\x82\xac/\xf0\x9f\x98\x80", 0, NULL);
+	assert_path("a/@b", 0, NULL);
+	assert_path("@b", -EINVAL, "'@'");
+	assert_path("@b/c", -EINVAL, "'@'");
+	assert_path("a\xff", -EINVAL, "not valid UTF-8");
+	assert_path("a/\xc3", -EINVAL, "not valid UTF-8");          /* truncated */
+	assert_path("\xc0\xaf", -EINVAL, "not valid UTF-8");        /* overlong '/' */
+	assert_path("\xed\xa0\x80", -EINVAL, "not valid UTF-8");   /* a surrogate */
+	assert_path("\xf4\x90\x80\x80", -EINVAL, "not valid UTF-8"); /* past U+10FFFF */
+	assert_path("a\rb", -EINVAL, "control character");
+	assert_path("a/b\nc", -EINVAL, "control character (byte 0x0a)");
+	assert_path("x\x7f", -EINVAL, "control character");
+	assert_int_equal(dmar_wire_name_check("@x", 2, false, NULL), 0);
+	assert_int_equal(dmar_wire_name_check("@x", 2, true, NULL), -EINVAL);
 
 	char *p = malloc(5000);
 	assert_non_null(p);
