@@ -372,6 +372,13 @@ void dmar_file_clear(struct dmar_file *f, struct dmar_fsctx *c)
 	clear_extents(f, c);
 }
 
+/* Would f reach past the mount's largest file at end?  A file already
+ * bigger (max_file_size lowered since) may change below its size. */
+static bool too_big(const struct dmar_file *f, const struct dmar_fsctx *c, uint64_t end)
+{
+	return c->max_size && end > c->max_size && end > f->size;
+}
+
 /* Make room for need extents in a growable array (doubling). */
 static int grow_extents(struct dmar_extent **a, size_t *cap, size_t need)
 {
@@ -719,7 +726,7 @@ int dmar_file_write_with(struct dmar_file *f, struct dmar_fsctx *c, uint64_t off
 	int ro = own(f, c);
 	if (ro < 0)
 		return ro;
-	if (off > UINT64_MAX - len)
+	if (off > UINT64_MAX - len || too_big(f, c, off + len))
 		return -EFBIG;
 	uint64_t end = off + len, old_size = f->size;
 	uint64_t stop = end < f->size ? end : f->size;
@@ -782,6 +789,8 @@ int dmar_file_truncate(struct dmar_file *f, struct dmar_fsctx *c, uint64_t size)
 		dmar_file_clear(f, c);
 		return 0;
 	}
+	if (too_big(f, c, size))
+		return -EFBIG;
 	int r = own(f, c);
 	if (r < 0)
 		return r;
@@ -832,7 +841,7 @@ int dmar_file_allocate(struct dmar_file *f, struct dmar_fsctx *c, uint64_t off, 
 	int ro = own(f, c);
 	if (ro < 0)
 		return ro;
-	if (off > UINT64_MAX - len)
+	if (off > UINT64_MAX - len || too_big(f, c, off + len))
 		return -EFBIG;
 	uint64_t end = off + len, old_size = f->size;
 	int r;
@@ -1328,9 +1337,16 @@ static int add_missing(struct dmar_id **a, size_t *n, size_t *cap, const struct 
 	return 0;
 }
 
+size_t dmar_file_extent_bytes(size_t n)
+{
+	return n * sizeof(struct dmar_extent);
+}
+
 int dmar_file_from_recipe(struct dmar_file *f, struct dmar_fsctx *c, const struct dmar_recipe *r,
 			  struct dmar_id **missing, size_t *nmissing)
 {
+	if (c->max_size && r->size > c->max_size)
+		return -EFBIG;
 	struct dmar_file nf;
 	dmar_file_init(&nf);
 	struct dmar_id *miss = NULL, *ids = NULL;

@@ -47,6 +47,7 @@ struct dmar_fsctx {
 	int level;
 	struct dmar_bytepack *pack; /* optional */
 	struct dmar_content_index *index; /* optional: see dmar_file_publish */
+	uint64_t max_size; /* a file may not grow past this (-EFBIG); 0: no limit */
 };
 
 struct dmar_extent;
@@ -244,6 +245,8 @@ int dmar_file_recipe(const struct dmar_file *f, struct dmar_recipe *r);
  * nothing.  -ENODATA if the store lacks chunks: f is unchanged and, if
  * missing is not NULL, *missing (malloc'd) and *nmissing list them.
  * -EINVAL if an entry shows bytes beyond its chunk's length, -ENOMEM. */
+/* Daemon memory a file of n extents takes for them (outside the arena). */
+size_t dmar_file_extent_bytes(size_t n);
 int dmar_file_from_recipe(struct dmar_file *f, struct dmar_fsctx *c, const struct dmar_recipe *r,
 			  struct dmar_id **missing, size_t *nmissing);
 /*

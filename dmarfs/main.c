@@ -243,7 +243,8 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	struct dmarfs_config cfg = {
-		.ctx = { .arena = arena, .encode = o.encode, .level = o.level, .pack = pack },
+		.ctx = { .arena = arena, .encode = o.encode, .level = o.level, .pack = pack,
+			 .max_size = o.max_file_size },
 		.nr_inodes = o.nr_inodes,
 		.root_mode = o.mode,
 		.root_uid = o.uid,
@@ -279,7 +280,7 @@ int main(int argc, char **argv)
 	}
 	struct dmarfs_node_config nc = { .name = o.node ? o.node : host, .listen = o.listen, .peers = o.peers,
 					 .token = o.token, .tls_cert = o.tls_cert, .tls_key = o.tls_key,
-					 .tls_ca = o.tls_ca, .serve = !o.view };
+					 .tls_ca = o.tls_ca, .serve = !o.view, .mem_max = o.mem_max };
 	if (is_node && (dmarfs_node_new(&node, fs, &nc, &err) < 0 || dmarfs_remote_new(fs, node, o.view, &err) < 0)) {
 		fprintf(stderr, "dmarfs: %s\n", err.msg[0] ? err.msg : "out of memory");
 		goto out;

@@ -120,6 +120,41 @@ static struct dmar_fsctx *CTX(struct dmarfs_node *n)
 	return &n->fs->cfg.ctx;
 }
 
+/* ---- the memory budget -------------------------------------------------- */
+
+/* The daemon's anonymous resident memory: everything but the arena (a
+ * shared mapping), i.e. heap, stacks and libraries' data.  0 if unknown. */
+static uint64_t anon_bytes(void)
+{
+	FILE *f = fopen("/proc/self/status", "re");
+	if (!f)
+		return 0;
+	char line[128];
+	unsigned long long kib = 0;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "RssAnon: %llu kB", &kib) == 1)
+			break;
+	fclose(f);
+	return (uint64_t)kib << 10;
+}
+
+/* Refuse a request that would take the daemon's memory outside the arena
+ * past mem_max (a recipe of a million tiny entries is 4 GiB of file and
+ * 80 MiB of extents here, for 4 KiB of data).  extra: what the request
+ * is about to allocate. */
+static int mem_check(struct dmarfs_node *n, uint64_t extra, const char *what, struct dmar_error *err)
+{
+	if (!n->cfg.mem_max)
+		return 0;
+	uint64_t used = anon_bytes();
+	if (used + extra <= n->cfg.mem_max)
+		return 0;
+	return dmar_error_set(err, -EDQUOT,
+			      "node memory budget: %s needs %" PRIu64 " MiB, %" PRIu64 " MiB of mem_max=%" PRIu64
+			      " MiB are in use outside the arena",
+			      what, extra >> 20, used >> 20, n->cfg.mem_max >> 20);
+}
+
 /* ---- staging ------------------------------------------------------------ */
 
 static size_t bucket(const struct dmar_id *id)
@@ -435,6 +470,17 @@ static int op_stat(void *ctx, const char *path, json_t **out, struct dmar_error 
 	json_t *o = stat_json(fs, i, name, nl, true);
 	pthread_rwlock_unlock(&i->lock);
 	if (o && S_ISDIR(i->mode)) {
+		pthread_mutex_lock(&fs->ns);
+		size_t count = dmar_dir_count(&i->dir);
+		pthread_mutex_unlock(&fs->ns);
+		/* about what jansson takes for an entry's object */
+		if ((r = mem_check(n, (uint64_t)count * 1024, "the listing", err)) < 0) {
+			json_decref(o);
+			unhold(fs, i);
+			return r;
+		}
+	}
+	if (o && S_ISDIR(i->mode)) {
 		/* A snapshot of the entries under ns; each child's attributes
 		 * under its own lock (ns first, then one inode: the order of
 		 * fs.c). */
@@ -575,7 +621,14 @@ static int make_file(struct dmarfs_node *n, const char *path, const struct dmar_
 	struct dmarfs *fs = n->fs;
 	char leaf[256];
 	struct inode *d, *i = NULL;
-	int r = ns_walk_parent(fs, path, &d, leaf);
+	uint64_t max = fs->cfg.ctx.max_size;
+	if (max && rc->size > max)
+		return dmar_error_set(err, -EFBIG, "a file of %" PRIu64 " bytes: the node's max_file_size is %" PRIu64,
+				      rc->size, max);
+	int r = from_content ? 0 : mem_check(n, 2 * dmar_file_extent_bytes(rc->n), "the file's extents", err);
+	if (r < 0)
+		return r;
+	r = ns_walk_parent(fs, path, &d, leaf);
 	if (r < 0)
 		return r;
 	if (!leaf[0])

@@ -32,6 +32,8 @@ struct dmarfs_node_config {
 	const char *tls_key;
 	const char *tls_ca;   /* tls_ca=: CA of the peers' certificates */
 	bool serve;           /* false for a client view (view=PEER): no server */
+	uint64_t mem_max;     /* mem_max=: the daemon's memory outside the arena a request
+			       * may take it to (0: no budget) */
 };
 
 struct dmarfs_node;

@@ -54,6 +54,8 @@ static const struct opt_desc table[] = {
 	O("private", T_FLAG, private),
 	O("ro", T_FLAG, ro),
 	O("threads", T_UINT, threads),
+	O("max_file_size", T_SIZE, max_file_size),
+	O("mem_max", T_SIZE, mem_max),
 	/* handed to the kernel as they are */
 	{ "rw", T_KERNEL, 0 }, { "nosuid", T_KERNEL, 0 }, { "suid", T_KERNEL, 0 },
 	{ "nodev", T_KERNEL, 0 }, { "dev", T_KERNEL, 0 }, { "noexec", T_KERNEL, 0 },
@@ -250,6 +252,8 @@ static const char usage[] =
 	"                   the kernel checks the mode bits, as on tmpfs)\n"
 	"  private          only the mounting user may access the mount\n"
 	"  threads=N        most threads serving requests (default 16)\n"
+	"  max_file_size=SIZE  largest file (default 16 x size); mem_max=SIZE  a node's\n"
+	"                   memory outside the arena (default size / 4, at least 512m)\n"
 	"  ro, rw, nosuid, nodev, noexec, noatime, ...   as for any mount\n"
 	"  -f               stay in the foreground;  -d  debug (implies -f)\n";
 
@@ -350,6 +354,10 @@ void dmarfs_opts_defaults(struct dmarfs_opts *o, uint64_t arena_size)
 		long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
 		o->size = (uint64_t)pages * (uint64_t)psz / 2;
 	}
+	if (!o->max_file_size)
+		o->max_file_size = o->size > UINT64_MAX / 16 ? UINT64_MAX : o->size * 16;
+	if (!o->mem_max)
+		o->mem_max = o->size / 4 > (512ull << 20) ? o->size / 4 : 512ull << 20;
 	if (!o->nr_inodes) {
 		o->nr_inodes = o->size / 4096;
 		if (o->nr_inodes < 1024)

@@ -35,6 +35,8 @@ struct dmarfs_opts {
 	char *view;          /* view=PEER: the mount shows that peer's files */
 	bool foreground, debug, allow_other, private, ro;
 	unsigned threads;    /* most FUSE worker threads */
+	uint64_t max_file_size; /* a file's size at most (0 until dmarfs_opts_defaults) */
+	uint64_t mem_max;    /* a node's memory outside the arena, at most (likewise) */
 	char *fuse_opts;     /* generic options passed to the kernel/libfuse */
 };
 

@@ -252,6 +252,36 @@ expect 200 "GET of d" GET /v1/files/d
 [ "$(json_get "$T/api.body" unlisted)" = 1 ] || fail "the listing of d does not count its unlisted name: $(head -c 400 "$T/api.body")"
 rm "$B/d/$bad"
 
+# ---- sizes and memory ---------------------------------------------------------------
+
+check "a recipe with a 2^62-byte hole: 413 EFBIG, over max_file_size (16 x the arena)"
+$WIRE recipe "$T/r-huge" hole:4611686018427387904 || fail "wire.py recipe"
+expect 413 "a 4 EiB file" PUT /v1/files/huge.bin -H 'Content-Type: application/x-dmar-recipe' --data-binary "@$T/r-huge"
+has_error "max_file_size" "a 4 EiB file"
+check "1,000,000 entries of one 4 KiB chunk, again and again: 507 EDQUOT before b's memory outside the arena passes mem_max"
+cid=$($WIRE batch "$T/b-4k" good:77:4096) || fail "wire.py batch"
+expect 200 "the 4 KiB chunk" POST /v1/chunks -H 'Content-Type: application/x-dmar-chunks' --data-binary "@$T/b-4k"
+$WIRE recipe "$T/r-amp" "$cid:4096*1000000" || fail "wire.py recipe"
+refused=0
+for k in 1 2 3 4 5 6 7 8 9 10 11 12; do
+	code=$(net_api a b PUT "/v1/files/amp$k" -H 'Content-Type: application/x-dmar-recipe' --data-binary "@$T/r-amp")
+	case $code in
+	201) ;;
+	507) [ "$(json_get "$T/api.body" errno)" = EDQUOT ] || fail "commit $k: 507 but not EDQUOT: $(cat "$T/api.body")"
+	     has_error "memory budget" "commit $k"
+	     say "  commit $k refused: $(json_get "$T/api.body" error)"
+	     refused=1
+	     break ;;
+	*) fail "commit $k of the amplifying recipe answered $code: $(head -c 300 "$T/api.body")" ;;
+	esac
+done
+[ "$refused" = 1 ] || fail "12 commits of 1,000,000 entries each were all accepted"
+anon=$(awk '/^RssAnon:/ { print $2 }' "/proc/$BPID/status")
+say "  b: RssAnon $((anon / 1024)) MiB (mem_max 512 MiB)"
+[ "$anon" -le $(((512 + ${API_MEM_SLACK_MIB:-64}) * 1024)) ] || fail "b's memory outside the arena is $((anon / 1024)) MiB, over mem_max"
+rm -f "$B"/amp*
+check_arena "$B" "b's arena after the amplifying commits"
+
 # ---- malformed bodies -------------------------------------------------------------
 
 check "malformed JSON to POST /v1/transfers and PUT /v1/dirs: 400 with a message"

@@ -4,7 +4,8 @@ tests (hostile and hand-made requests), with python3's standard library.
 
     wire.py recipe OUT [--mode M] [--mtime S] [--corrupt magic|truncate|checksum]
                        ENTRY...
-        ENTRY is HEXID:LEN[:SKIP] (a chunk range) or hole:LEN.  Writes the
+        ENTRY is HEXID:LEN[:SKIP] (a chunk range) or hole:LEN, either
+        followed by *N for N times the same entry.  Writes the
         recipe (header, entries, SHA-256 trailer); --corrupt spoils it one
         way: the magic, the last 10 bytes cut off, one trailer byte flipped.
     wire.py batch OUT REC...
@@ -46,18 +47,22 @@ def recipe(args):
             corrupt = val
         else:
             sys.exit("wire.py recipe: unknown option " + opt)
-    ents = b""
+    ents = []
     size = 0
     for e in rest:
+        e, _, times = e.partition("*")
+        times = int(times) if times else 1
         f = e.split(":")
         if f[0] == "hole":
-            ents += struct.pack("<32sQII", b"\0" * 32, int(f[1]), 0, 1)
-            size += int(f[1])
+            ent = struct.pack("<32sQII", b"\0" * 32, int(f[1]), 0, 1)
         else:
             skip = int(f[2]) if len(f) > 2 else 0
-            ents += struct.pack("<32sQII", bytes.fromhex(f[0]), int(f[1]), skip, 0)
-            size += int(f[1])
-    hdr = struct.pack("<4sHHQIIqIIQ", b"DMRC", 1, 0, size, mode, 0, mtime, 0, len(rest), 0)
+            ent = struct.pack("<32sQII", bytes.fromhex(f[0]), int(f[1]), skip, 0)
+        ents.append(ent * times)
+        size += int(f[1]) * times
+    n = sum(len(x) for x in ents) // 48
+    ents = b"".join(ents)
+    hdr = struct.pack("<4sHHQIIqIIQ", b"DMRC", 1, 0, size, mode, 0, mtime, 0, n, 0)
     # recipe id: SHA-256(header || content id), content id: SHA-256(entries)
     body = hdr + ents + hashlib.sha256(hdr + hashlib.sha256(ents).digest()).digest()
     if corrupt == "magic":
