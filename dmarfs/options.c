@@ -301,7 +301,9 @@ int dmarfs_opts_parse(int argc, char **argv, struct dmarfs_opts *o)
 		}
 	}
 	if (npos != 2) {
-		fputs(usage, stderr);
+		fputs("Usage: dmarfs NAME MOUNTPOINT [-o OPTIONS] [-f] [-d]\n"
+		      "       (dmarfs --help lists the options)\n",
+		      stderr);
 		return -EINVAL;
 	}
 	o->source = strdup(pos[0]);
