@@ -252,8 +252,9 @@ static const char usage[] =
 	"                   the kernel checks the mode bits, as on tmpfs)\n"
 	"  private          only the mounting user may access the mount\n"
 	"  threads=N        most threads serving requests (default 16)\n"
-	"  max_file_size=SIZE  largest file (default 16 x size); mem_max=SIZE  a node's\n"
-	"                   memory outside the arena (default size / 4, at least 512m)\n"
+	"  max_file_size=SIZE  largest file (default 16 x size, at least 16t); mem_max=SIZE\n"
+	"                   a node's"
+	" memory outside the arena (default size / 4, at least 512m)\n"
 	"  ro, rw, nosuid, nodev, noexec, noatime, ...   as for any mount\n"
 	"  -f               stay in the foreground;  -d  debug (implies -f)\n";
 
@@ -356,8 +357,10 @@ void dmarfs_opts_defaults(struct dmarfs_opts *o, uint64_t arena_size)
 		long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
 		o->size = (uint64_t)pages * (uint64_t)psz / 2;
 	}
+	/* At least 16 TiB: a sparse file (a disk image, a database's
+	 * preallocated space) is as large as on tmpfs, whatever the arena. */
 	if (!o->max_file_size)
-		o->max_file_size = o->size > UINT64_MAX / 16 ? UINT64_MAX : o->size * 16;
+		o->max_file_size = o->size > (1ull << 40) ? o->size * 16 : 16ull << 40;
 	if (!o->mem_max)
 		o->mem_max = o->size / 4 > (512ull << 20) ? o->size / 4 : 512ull << 20;
 	if (!o->nr_inodes) {

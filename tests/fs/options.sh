@@ -230,6 +230,19 @@ else
 	note "no dmarfs/mount.dmarfs in the source tree: helper case skipped"
 fi
 
+check "max_file_size=1m: a write, truncate or fallocate past 1 MiB is EFBIG; below it works"
+fs_mount "size=16m,max_file_size=1m"
+head -c 1048576 /dev/zero >"$MNT/full" || fail "a 1 MiB file under max_file_size=1m"
+printf x >>"$MNT/full" 2>"$T/err" && fail "a write past max_file_size succeeded"
+grep -q 'File too large' "$T/err" || fail "a write past max_file_size: '$(cat "$T/err")', not EFBIG"
+truncate -s 2M "$MNT/full" 2>"$T/err" && fail "a truncate past max_file_size succeeded"
+grep -q 'File too large' "$T/err" || fail "a truncate past max_file_size: '$(cat "$T/err")', not EFBIG"
+fallocate -l 2M "$MNT/fa" 2>"$T/err" && fail "a fallocate past max_file_size succeeded"
+grep -q 'File too large' "$T/err" || fail "a fallocate past max_file_size: '$(cat "$T/err")', not EFBIG"
+[ "$(stat -c %s "$MNT/full")" = 1048576 ] || fail "the refused calls changed the file's size"
+rm -f "$MNT/full" "$MNT/fa"
+fs_umount "$MNT"
+
 check "SIGTERM unmounts and ends the daemon (exit, not a crash)"
 fs_mount "size=16m"
 echo data >"$MNT/f"

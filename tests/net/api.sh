@@ -254,7 +254,7 @@ rm "$B/d/$bad"
 
 # ---- sizes and memory ---------------------------------------------------------------
 
-check "a recipe with a 2^62-byte hole: 413 EFBIG, over max_file_size (16 x the arena)"
+check "a recipe with a 2^62-byte hole: 413 EFBIG, over max_file_size (16 x the arena, at least 16 TiB)"
 $WIRE recipe "$T/r-huge" hole:4611686018427387904 || fail "wire.py recipe"
 expect 413 "a 4 EiB file" PUT /v1/files/huge.bin -H 'Content-Type: application/x-dmar-recipe' --data-binary "@$T/r-huge"
 has_error "max_file_size" "a 4 EiB file"
