@@ -28,6 +28,13 @@ struct dmar_admit_conn {
 	char text[INET6_ADDRSTRLEN];
 };
 
+/* How many pending connections one address holds. */
+struct addr_count {
+	uint8_t key[16];
+	uint8_t keylen;
+	unsigned count;
+};
+
 /* Closes of one reason since its last log line. */
 struct tally {
 	uint64_t n;
@@ -43,6 +50,9 @@ struct dmar_admit {
 	bool stop;
 	struct dmar_admit_conn *head, *tail;
 	uint64_t npending, ntrusted, expired, evicted;
+	/* the addresses of the pending connections (at most pending_max + 1) */
+	struct addr_count *ac;
+	size_t nac;
 	struct tally t_expired, t_full, t_addr;
 };
 
@@ -53,8 +63,36 @@ static uint64_t now_ms(void)
 	return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
 }
 
+static struct addr_count *ac_find(struct dmar_admit *a, const struct dmar_admit_conn *c)
+{
+	for (size_t k = 0; k < a->nac; k++)
+		if (a->ac[k].keylen == c->keylen && !memcmp(a->ac[k].key, c->key, c->keylen))
+			return &a->ac[k];
+	return NULL;
+}
+
+static void ac_add(struct dmar_admit *a, const struct dmar_admit_conn *c)
+{
+	struct addr_count *x = ac_find(a, c);
+	if (!x) {
+		x = &a->ac[a->nac++];
+		memcpy(x->key, c->key, sizeof(x->key));
+		x->keylen = c->keylen;
+		x->count = 0;
+	}
+	x->count++;
+}
+
+static void ac_del(struct dmar_admit *a, const struct dmar_admit_conn *c)
+{
+	struct addr_count *x = ac_find(a, c);
+	if (x && !--x->count)
+		*x = a->ac[--a->nac];
+}
+
 static void unlink_pending(struct dmar_admit *a, struct dmar_admit_conn *c)
 {
+	ac_del(a, c);
 	if (c->prev)
 		c->prev->next = c->next;
 	else
@@ -90,7 +128,7 @@ static size_t take_lines(struct dmar_admit *a, char lines[3][256], uint64_t t)
 	} r[] = {
 		{ &a->t_expired, "closed %llu connection%s with no complete request %u ms after connecting (last from %s)" },
 		{ &a->t_full, "closed %llu connection%s without a complete request for room: %u at most at once (the "
-			      "oldest go; last from %s)" },
+			      "oldest of the address holding the most go; last from %s)" },
 		{ &a->t_addr, "closed %llu connection%s without a complete request for room: %u at most from one "
 			      "address (its oldest go; last from %s)" },
 	};
@@ -166,6 +204,10 @@ int dmar_admit_new(struct dmar_admit **out, const struct dmar_admit_opts *o)
 		a->o.pending_per_addr = DMAR_ADMIT_PENDING_PER_ADDR;
 	if (!a->o.head_ms)
 		a->o.head_ms = DMAR_ADMIT_HEAD_MS;
+	if (!(a->ac = calloc(a->o.pending_max + 1, sizeof(*a->ac)))) {
+		free(a);
+		return -ENOMEM;
+	}
 	pthread_mutex_init(&a->lock, NULL);
 	pthread_condattr_t ca;
 	pthread_condattr_init(&ca);
@@ -175,6 +217,7 @@ int dmar_admit_new(struct dmar_admit **out, const struct dmar_admit_opts *o)
 	if (pthread_create(&a->thread, NULL, sweeper, a) != 0) {
 		pthread_cond_destroy(&a->cond);
 		pthread_mutex_destroy(&a->lock);
+		free(a->ac);
 		free(a);
 		return -EAGAIN;
 	}
@@ -198,6 +241,7 @@ void dmar_admit_free(struct dmar_admit *a)
 	put_lines(a, lines, n);
 	pthread_cond_destroy(&a->cond);
 	pthread_mutex_destroy(&a->lock);
+	free(a->ac);
 	free(a);
 }
 
@@ -231,17 +275,26 @@ struct dmar_admit_conn *dmar_admit_open(struct dmar_admit *a, int fd, const stru
 	c->t0_ms = now_ms();
 	set_addr(c, addr);
 	pthread_mutex_lock(&a->lock);
-	/* Room from this address first, then room at all: oldest first. */
-	struct dmar_admit_conn *oldest = NULL;
-	unsigned mine = 0;
-	for (struct dmar_admit_conn *p = a->head; p && c->keylen; p = p->next)
-		if (same_addr(p, c) && !mine++)
-			oldest = p;
-	if (oldest && mine >= a->o.pending_per_addr) {
-		kill_pending(a, oldest, &a->t_addr);
+	/* Room from this address first: its own oldest goes.  Then room at
+	 * all: the oldest of the address that holds the most, so that a peer
+	 * with a connection or two pending is the last to lose one, however
+	 * slowly its head is read on a loaded machine. */
+	struct addr_count *mine = ac_find(a, c);
+	if (mine && c->keylen && mine->count >= a->o.pending_per_addr) {
+		struct dmar_admit_conn *p = a->head;
+		while (!same_addr(p, c))
+			p = p->next;
+		kill_pending(a, p, &a->t_addr);
 		a->evicted++;
 	} else if (a->head && a->npending >= a->o.pending_max) {
-		kill_pending(a, a->head, &a->t_full);
+		unsigned most = 0;
+		for (size_t k = 0; k < a->nac; k++)
+			if (a->ac[k].count > most)
+				most = a->ac[k].count;
+		struct dmar_admit_conn *p = a->head;
+		while (ac_find(a, p)->count != most)
+			p = p->next;
+		kill_pending(a, p, &a->t_full);
 		a->evicted++;
 	}
 	c->state = PENDING;
@@ -252,6 +305,7 @@ struct dmar_admit_conn *dmar_admit_open(struct dmar_admit *a, int fd, const stru
 		a->head = c;
 	a->tail = c;
 	a->npending++;
+	ac_add(a, c);
 	pthread_mutex_unlock(&a->lock);
 	return c;
 }

@@ -11,9 +11,10 @@
  * A pending connection is closed when
  *  - it has not become trusted head_ms after its accept (a head dripped
  *    one header at a time gets no longer than a silent one);
- *  - a new connection arrives and pending_max are pending: the oldest
- *    goes (a legitimate client finishes its head within a round trip, so
- *    it is never the oldest for long, and a flood cannot lock it out);
+ *  - a new connection arrives and pending_max are pending: the oldest of
+ *    the address that holds the most pending goes (a flood holds many
+ *    from each of its addresses, a peer one or two: the peer keeps its
+ *    connection even when its head is read late on a busy machine);
  *  - a new connection arrives from an address that has pending_per_addr
  *    pending: that address's oldest goes, so one address cannot push the
  *    others' out.

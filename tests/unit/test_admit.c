@@ -172,6 +172,37 @@ static void test_deadline(void **state)
 	dmar_admit_free(a);
 }
 
+/* When the pending are too many, the address holding the most loses its
+ * oldest: a peer's one pending connection survives a flood from a few
+ * addresses even when it is the oldest of all. */
+static void test_most_first(void **state)
+{
+	(void)state;
+	struct dmar_admit *a;
+	struct dmar_admit_opts o = { .pending_max = 6, .pending_per_addr = 16, .head_ms = 60000 };
+	assert_int_equal(dmar_admit_new(&a, &o), 0);
+	struct tconn peer, fl[8];
+	conn_open(a, &peer, "203.0.113.1"); /* the oldest */
+	const char *ips[] = { "203.0.113.7", "203.0.113.8" };
+	for (int k = 0; k < 5; k++)
+		conn_open(a, &fl[k], ips[k % 2]);
+	/* full: 7 holds 3, 8 holds 2, the peer 1; the next goes from 7 */
+	conn_open(a, &fl[5], ips[1]);
+	assert_false(closed(&peer));
+	assert_true(closed(&fl[0]));
+	conn_open(a, &fl[6], ips[1]); /* now 8 holds the most: its oldest goes */
+	assert_true(closed(&fl[1]));
+	conn_open(a, &fl[7], ips[0]);
+	assert_false(closed(&peer));
+	conn_close(a, &peer);
+	for (int k = 0; k < 8; k++)
+		conn_close(a, &fl[k]);
+	struct dmar_admit_stats st;
+	dmar_admit_stats(a, &st);
+	assert_int_equal(st.pending, 0);
+	dmar_admit_free(a);
+}
+
 /* A connection with no address known (a Unix socket, an odd family) is
  * admitted, counted once, and only the total limit applies. */
 static void test_no_address(void **state)
@@ -203,6 +234,7 @@ int main(void)
 		cmocka_unit_test(test_oldest_go),
 		cmocka_unit_test(test_per_address),
 		cmocka_unit_test(test_deadline),
+		cmocka_unit_test(test_most_first),
 		cmocka_unit_test(test_no_address),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
