@@ -717,6 +717,24 @@ static int append_space(struct dmar_file *f, struct dmar_fsctx *c, size_t len)
 	return 0;
 }
 
+void dmar_file_trim(struct dmar_file *f, struct dmar_fsctx *c)
+{
+	if (f->tab || !f->n)
+		return;
+	struct dmar_extent *e = &f->ext[f->n - 1];
+	if (e->kind != EXT_RAW)
+		return;
+	uint64_t keep = (e->skip + e->len + DMAR_ARENA_UNIT - 1) / DMAR_ARENA_UNIT * DMAR_ARENA_UNIT;
+	if (keep >= e->acap)
+		return;
+	/* A journal state may show the old allocation: the tail stays out
+	 * of use until the next sync records the extent as it is now. */
+	raw_release(f, c, e->aoff + keep, e->acap - keep, e->durable);
+	e->acap = keep;
+	f->gen++;
+	changed(f, e->off, e->off + e->len);
+}
+
 int dmar_file_write_with(struct dmar_file *f, struct dmar_fsctx *c, uint64_t off, size_t len,
 			 int (*copy)(void *ctx, uint8_t *dst, size_t len), void *ctx)
 {

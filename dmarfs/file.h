@@ -245,6 +245,11 @@ int dmar_file_recipe(const struct dmar_file *f, struct dmar_recipe *r);
  * nothing.  -ENODATA if the store lacks chunks: f is unchanged and, if
  * missing is not NULL, *missing (malloc'd) and *nmissing list them.
  * -EINVAL if an entry shows bytes beyond its chunk's length, -ENOMEM. */
+/* Give back the room the last RAW extent keeps for appends (up to 1 MiB,
+ * so that a sequential writer fills one allocation): at a file's last
+ * close, where a file left RAW (encode=none, or no room to encode) must
+ * not hold it.  f exclusively locked. */
+void dmar_file_trim(struct dmar_file *f, struct dmar_fsctx *c);
 /* Daemon memory a file of n extents takes for them (outside the arena). */
 size_t dmar_file_extent_bytes(size_t n);
 int dmar_file_from_recipe(struct dmar_file *f, struct dmar_fsctx *c, const struct dmar_recipe *r,

@@ -619,6 +619,9 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	 * now, after the reply (the kernel does not wait for RELEASE, so this
 	 * is off the application's path anyway), and record the result. */
 	if (last) {
+		pthread_rwlock_wrlock(&i->lock);
+		dmar_file_trim(&i->f, &fs->cfg.ctx);
+		pthread_rwlock_unlock(&i->lock);
 		ns_encode(fs, i, &fs->cfg.ctx, 1);
 		(void)persist_sync(fs, i);
 		ns_forget(fs, i, 1);

@@ -12,8 +12,8 @@
 #include "fs.h"
 #include "ns.h"
 
-#define ATTR_TIMEOUT 1.0
-#define ENTRY_TIMEOUT 1.0
+#define ATTR_TIMEOUT 86400.0
+#define ENTRY_TIMEOUT 86400.0
 
 /* Reply to a read of f: the caller holds f's lock (shared is enough)
  * until this returns, since the reply points into the arena. */

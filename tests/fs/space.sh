@@ -137,4 +137,22 @@ say "  encoded: $(mib "$used") of arena for $(mib "$keep")"
 [ "$used" -le $((keep * 105 / 100)) ] || fail "the encoded file uses $(mib "$used") for $(mib "$keep")"
 fs_umount "$m"
 rm -f "$src"
+
+# Appends reserve room ahead (1 MiB) so a sequential writer fills one
+# allocation; a file closed and left RAW must give that back, or 2,000
+# small files of an untar hold 2 GiB.
+check "encode=none: 400 files of 1 KiB in a 64 MiB arena fit and take about what they hold"
+fs_mount "size=64m,encode=none" m
+u0=$(used_bytes "$m")
+i=0
+while [ "$i" -lt 400 ]; do
+	head -c 1024 /dev/urandom >"$m/small$i" 2>"$T/err" || fail "small file $i: $(cat "$T/err")"
+	i=$((i + 1))
+done
+used=$(($(used_bytes "$m") - u0))
+say "  400 x 1 KiB: $(mib "$used") of arena"
+[ "$used" -le $((4 * MiB)) ] || fail "400 files of 1 KiB take $(mib "$used")"
+rm -f "$m"/small*
+check_arena "$m" "the arena after the small files"
+fs_umount "$m"
 finish
