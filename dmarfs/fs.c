@@ -831,9 +831,20 @@ const struct fuse_lowlevel_ops *fs_local_ops(void)
 	return &ops;
 }
 
+/* ns.h's attr_changed: the kernel drops i's cached attributes (only
+ * those: offset -1 keeps the page cache), and asks on the next stat.
+ * Takes no inode lock in the kernel, so it is safe from any thread, also
+ * inside a request on i. */
+static void attr_changed(struct dmarfs *fs, struct inode *i)
+{
+	if (fs->se)
+		fuse_lowlevel_notify_inval_inode(fs->se, NODEID(fs, i), -1, 0);
+}
+
 void dmarfs_set_session(struct dmarfs *fs, struct fuse_session *se)
 {
 	fs->se = se;
+	fs->attr_changed = attr_changed;
 }
 
 void dmarfs_set_node(struct dmarfs *fs, struct dmarfs_node *node)

@@ -351,6 +351,8 @@ static void inval(struct dmarfs *fs, fuse_ino_t parent, const char *name)
 {
 	if (!fs->se)
 		return;
+	/* the directory's mtime, ctime and nlink changed too */
+	fuse_lowlevel_notify_inval_inode(fs->se, parent, -1, 0);
 	size_t len = strlen(name);
 	if (!atomic_load(&no_expire)) {
 		struct fuse_out_header oh = { .error = FUSE_NOTIFY_INVAL_ENTRY };

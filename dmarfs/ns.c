@@ -1040,6 +1040,7 @@ int ns_encode(struct dmarfs *fs, struct inode *i, struct dmar_fsctx *c, int trie
 	 * finds the first's work done. */
 	pthread_mutex_lock(&i->encode_mu);
 	int r;
+	bool done = false;
 	for (int stale = 0;;) {
 		struct dmar_encode_plan *plan = NULL;
 		pthread_rwlock_rdlock(&i->lock);
@@ -1053,12 +1054,15 @@ int ns_encode(struct dmarfs *fs, struct inode *i, struct dmar_fsctx *c, int trie
 		pthread_rwlock_unlock(&i->lock);
 		if (r == 0 && durable)
 			(void)persist_sync(fs, i);
+		done |= r == 0;
 		if (r == -EAGAIN && ++stale < tries)
 			continue;
 		if (r < 0)
 			break;
 	}
 	pthread_mutex_unlock(&i->encode_mu);
+	if (done && fs->attr_changed)
+		fs->attr_changed(fs, i); /* st_blocks */
 	return r;
 }
 

@@ -112,6 +112,11 @@ struct dmarfs {
 	struct inode *all;
 	size_t ngrave;
 	struct fuse_session *se;      /* for cache notifications; set before mounting */
+	/* The kernel caches attributes for long (fs_i.h): a change it did not
+	 * make itself -- an encode changing st_blocks, an API commit changing
+	 * a directory -- is told through this, with no lock held.  NULL: no
+	 * kernel to tell (unit tests). */
+	void (*attr_changed)(struct dmarfs *fs, struct inode *i);
 	struct dmarfs_node *node;     /* node.c: the REST API and the peers, or NULL */
 	struct dmarfs_remote *remote; /* remote.c: the @PEER paths, or NULL */
 	struct dmar_content_index *own_index; /* cfg.ctx.index when dmarfs_new made it */
