@@ -1861,7 +1861,10 @@ static int bind_listen(const struct sockaddr_storage *ss, socklen_t sl, const ch
 	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
 	if (ss->ss_family == AF_INET6)
 		setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
-	if (bind(fd, (const struct sockaddr *)ss, sl) < 0 || listen(fd, 128) < 0) {
+	/* The kernel's most (net.core.somaxconn): under a flood of connects
+	 * a short queue drops a peer's SYN (1 s, then 3 s to try again); a
+	 * long one holds it until the admission (admit.h) sorts it out. */
+	if (bind(fd, (const struct sockaddr *)ss, sl) < 0 || listen(fd, SOMAXCONN) < 0) {
 		int e = errno;
 		close(fd);
 		return dmar_error_set(err, -e, "listen: %s: %s", spec ? spec : "127.0.0.1:7420", strerror(e));

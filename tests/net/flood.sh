@@ -67,7 +67,11 @@ for k in $(seq 20); do
 	st=$(net_api a b GET /v1/node)
 	t=$(($(now_ms) - t0))
 	[ "$t" -gt "$worst" ] && worst=$t
-	[ "$st" = 200 ] && ok=$((ok + 1))
+	if [ "$st" = 200 ]; then
+		ok=$((ok + 1))
+	else
+		say "  GET $k: $st after $t ms: $(head -c 200 "$T/api.err") $(head -c 200 "$T/api.body")"
+	fi
 	sleep 0.2
 done
 say "  $ok of 20 answered 200; slowest $worst ms"
