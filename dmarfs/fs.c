@@ -16,6 +16,7 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,6 +69,95 @@ static void reply_entry_or(fuse_req_t req, int r, struct inode *i)
 	fill_entry(fs, i, &e);
 	if (fuse_reply_entry(req, &e) != 0)
 		ns_forget(fs, i, 1); /* the kernel never got it */
+}
+
+/* ---- request counts ----------------------------------------------------- */
+
+/* FUSE requests of the local operations, by kind, since the mount: what
+ * a workload costs in round trips, read from the root's
+ * user.dmar.requests ("lookup=N getattr=N ... total=N").  One mount per
+ * daemon, so the counts are the process's. */
+enum fs_op {
+	FSOP_LOOKUP,
+	FSOP_FORGET,
+	FSOP_GETATTR,
+	FSOP_SETATTR,
+	FSOP_READLINK,
+	FSOP_MKNOD,
+	FSOP_MKDIR,
+	FSOP_UNLINK,
+	FSOP_RMDIR,
+	FSOP_SYMLINK,
+	FSOP_RENAME,
+	FSOP_LINK,
+	FSOP_OPEN,
+	FSOP_READ,
+	FSOP_WRITE,
+	FSOP_FLUSH,
+	FSOP_RELEASE,
+	FSOP_FSYNC,
+	FSOP_OPENDIR,
+	FSOP_READDIR,
+	FSOP_STATFS,
+	FSOP_SETXATTR,
+	FSOP_GETXATTR,
+	FSOP_LISTXATTR,
+	FSOP_REMOVEXATTR,
+	FSOP_CREATE,
+	FSOP_FALLOCATE,
+	FSOP_COPY_FILE_RANGE,
+	FSOP_LSEEK,
+	FSOP_N
+};
+static const char *const op_names[FSOP_N] = {
+	[FSOP_LOOKUP] = "lookup",
+	[FSOP_FORGET] = "forget",
+	[FSOP_GETATTR] = "getattr",
+	[FSOP_SETATTR] = "setattr",
+	[FSOP_READLINK] = "readlink",
+	[FSOP_MKNOD] = "mknod",
+	[FSOP_MKDIR] = "mkdir",
+	[FSOP_UNLINK] = "unlink",
+	[FSOP_RMDIR] = "rmdir",
+	[FSOP_SYMLINK] = "symlink",
+	[FSOP_RENAME] = "rename",
+	[FSOP_LINK] = "link",
+	[FSOP_OPEN] = "open",
+	[FSOP_READ] = "read",
+	[FSOP_WRITE] = "write",
+	[FSOP_FLUSH] = "flush",
+	[FSOP_RELEASE] = "release",
+	[FSOP_FSYNC] = "fsync",
+	[FSOP_OPENDIR] = "opendir",
+	[FSOP_READDIR] = "readdir",
+	[FSOP_STATFS] = "statfs",
+	[FSOP_SETXATTR] = "setxattr",
+	[FSOP_GETXATTR] = "getxattr",
+	[FSOP_LISTXATTR] = "listxattr",
+	[FSOP_REMOVEXATTR] = "removexattr",
+	[FSOP_CREATE] = "create",
+	[FSOP_FALLOCATE] = "fallocate",
+	[FSOP_COPY_FILE_RANGE] = "copy_file_range",
+	[FSOP_LSEEK] = "lseek",
+};
+static _Atomic uint64_t nreq[FSOP_N];
+
+static void count_req(enum fs_op k)
+{
+	atomic_fetch_add_explicit(&nreq[k], 1, memory_order_relaxed);
+}
+
+/* The counts as one line; its length, as snprintf's. */
+static int requests_line(char *out, size_t cap)
+{
+	size_t n = 0;
+	uint64_t total = 0;
+	for (int k = 0; k < FSOP_N; k++) {
+		uint64_t v = atomic_load_explicit(&nreq[k], memory_order_relaxed);
+		total += v;
+		n += (size_t)snprintf(out + (n < cap ? n : cap), n < cap ? cap - n : 0, "%s=%" PRIu64 " ", op_names[k], v);
+	}
+	return (int)(n + (size_t)snprintf(out + (n < cap ? n : cap), n < cap ? cap - n : 0, "total=%" PRIu64, total));
 }
 
 /* ---- the idle encoder ---------------------------------------------------- */
@@ -212,6 +302,7 @@ static bool open_direct(const struct fuse_file_info *fi)
 
 static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
+	count_req(FSOP_LOOKUP);
 	struct inode *i = NULL;
 	/* A negative entry is not cached (timeout 0): creates elsewhere (the
 	 * REST API) are seen at once. */
@@ -221,12 +312,14 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 
 static void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
 {
+	count_req(FSOP_FORGET);
 	ns_forget(FS(req), INO(req, ino), nlookup);
 	fuse_reply_none(req);
 }
 
 static void op_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_data *f)
 {
+	count_req(FSOP_FORGET);
 	struct dmarfs *fs = FS(req);
 	pthread_mutex_lock(&fs->ns);
 	for (size_t k = 0; k < count; k++)
@@ -237,6 +330,7 @@ static void op_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_dat
 
 static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
+	count_req(FSOP_GETATTR);
 	(void)fi;
 	struct inode *i = INO(req, ino);
 	struct stat st;
@@ -249,6 +343,7 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 
 static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set, struct fuse_file_info *fi)
 {
+	count_req(FSOP_SETATTR);
 	(void)fi;
 	static const struct {
 		int fuse;
@@ -285,21 +380,25 @@ static void make_node(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 
 static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev)
 {
+	count_req(FSOP_MKNOD);
 	make_node(req, parent, name, mode, rdev, NULL);
 }
 
 static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
 {
+	count_req(FSOP_MKDIR);
 	make_node(req, parent, name, S_IFDIR | (mode & 07777), 0, NULL);
 }
 
 static void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name)
 {
+	count_req(FSOP_SYMLINK);
 	make_node(req, parent, name, S_IFLNK | 0777, 0, link);
 }
 
 static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, struct fuse_file_info *fi)
 {
+	count_req(FSOP_CREATE);
 	struct dmarfs *fs = FS(req);
 	const struct fuse_ctx *ctx = fuse_req_ctx(req);
 	struct inode *i = NULL;
@@ -325,6 +424,7 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 
 static void op_readlink(fuse_req_t req, fuse_ino_t ino)
 {
+	count_req(FSOP_READLINK);
 	struct inode *i = INO(req, ino);
 	if (!S_ISLNK(i->mode)) {
 		fuse_reply_err(req, EINVAL);
@@ -335,6 +435,7 @@ static void op_readlink(fuse_req_t req, fuse_ino_t ino)
 
 static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char *newname)
 {
+	count_req(FSOP_LINK);
 	struct inode *i = NULL;
 	int r = ns_link(FS(req), INO(req, ino), INO(req, newparent), newname, &i);
 	reply_entry_or(req, r, i);
@@ -342,17 +443,20 @@ static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const 
 
 static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
+	count_req(FSOP_UNLINK);
 	fuse_reply_err(req, -ns_remove(FS(req), INO(req, parent), name, NS_FILE));
 }
 
 static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
+	count_req(FSOP_RMDIR);
 	fuse_reply_err(req, -ns_remove(FS(req), INO(req, parent), name, NS_DIR));
 }
 
 static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
 		      const char *newname, unsigned int flags)
 {
+	count_req(FSOP_RENAME);
 	const struct fuse_ctx *ctx = fuse_req_ctx(req);
 	fuse_reply_err(req, -ns_rename(FS(req), INO(req, parent), name, INO(req, newparent), newname, flags, ctx->uid,
 				       ctx->gid));
@@ -371,14 +475,26 @@ static void reply_xattr(fuse_req_t req, ssize_t n, const void *buf, size_t size)
 static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value, size_t size,
 			int flags)
 {
+	count_req(FSOP_SETXATTR);
 	fuse_reply_err(req, -ns_setxattr(FS(req), INO(req, ino), name, value, size, flags));
 }
 
 static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
 {
+	count_req(FSOP_GETXATTR);
 	void *buf = size ? malloc(size) : NULL;
 	if (size && !buf) {
 		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	if (ino == FUSE_ROOT_ID && !strcmp(name, "user.dmar.requests")) {
+		char line[1024];
+		int n = requests_line(line, sizeof(line));
+		ssize_t r = n >= (int)sizeof(line) ? -E2BIG : !size ? n : (size_t)n > size ? -ERANGE : n;
+		if (r > 0 && size)
+			memcpy(buf, line, (size_t)n);
+		reply_xattr(req, r, buf, size);
+		free(buf);
 		return;
 	}
 	reply_xattr(req, ns_getxattr(FS(req), INO(req, ino), name, buf, size), buf, size);
@@ -387,6 +503,7 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 
 static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 {
+	count_req(FSOP_LISTXATTR);
 	char *buf = size ? malloc(size) : NULL;
 	if (size && !buf) {
 		fuse_reply_err(req, ENOMEM);
@@ -398,6 +515,7 @@ static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 
 static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 {
+	count_req(FSOP_REMOVEXATTR);
 	fuse_reply_err(req, -ns_removexattr(FS(req), INO(req, ino), name));
 }
 
@@ -405,6 +523,7 @@ static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
+	count_req(FSOP_OPEN);
 	struct dmarfs *fs = FS(req);
 	struct inode *i = INO(req, ino);
 	pthread_rwlock_wrlock(&i->lock);
@@ -506,6 +625,7 @@ void fs_reply_read(fuse_req_t req, struct dmar_file *f, struct dmar_fsctx *c, si
 
 static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
 {
+	count_req(FSOP_READ);
 	(void)fi;
 	struct inode *i = INO(req, ino);
 	pthread_rwlock_rdlock(&i->lock);
@@ -581,11 +701,13 @@ static void do_write(fuse_req_t req, fuse_ino_t ino, off_t off, size_t size, str
 static void op_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *bufv, off_t off,
 			 struct fuse_file_info *fi)
 {
+	count_req(FSOP_WRITE);
 	do_write(req, ino, off, fuse_buf_size(bufv), fi, fs_copy_bufvec, bufv);
 }
 
 static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
+	count_req(FSOP_FLUSH);
 	(void)fi;
 	/* Every close(2) waits for this: a file closed is a file recorded,
 	 * as its extents are now (the encode comes at the last close, off
@@ -597,6 +719,7 @@ static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 
 static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
+	count_req(FSOP_RELEASE);
 	(void)fi;
 	struct dmarfs *fs = FS(req);
 	struct inode *i = INO(req, ino);
@@ -630,6 +753,7 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 
 static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
 {
+	count_req(FSOP_FSYNC);
 	(void)datasync;
 	(void)fi;
 	struct dmarfs *fs = FS(req);
@@ -646,6 +770,7 @@ static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_f
 
 static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
+	count_req(FSOP_OPENDIR);
 	struct inode *i = INO(req, ino);
 	if (!S_ISDIR(i->mode)) {
 		fuse_reply_err(req, ENOTDIR);
@@ -672,6 +797,7 @@ static bool add_dirent(fuse_req_t req, char *buf, size_t size, size_t *used, con
 
 static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
 {
+	count_req(FSOP_READDIR);
 	(void)fi;
 	struct dmarfs *fs = FS(req);
 	struct inode *d = INO(req, ino);
@@ -705,6 +831,7 @@ full:
 
 static void op_statfs(fuse_req_t req, fuse_ino_t ino)
 {
+	count_req(FSOP_STATFS);
 	(void)ino;
 	struct dmarfs *fs = FS(req);
 	struct dmar_arena *a = fs->cfg.ctx.arena;
@@ -731,6 +858,7 @@ static void op_statfs(fuse_req_t req, fuse_ino_t ino)
 
 static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, off_t len, struct fuse_file_info *fi)
 {
+	count_req(FSOP_FALLOCATE);
 	(void)fi;
 	struct dmarfs *fs = FS(req);
 	struct inode *i = INO(req, ino);
@@ -746,6 +874,7 @@ static void op_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in, 
 			       fuse_ino_t ino_out, off_t off_out, struct fuse_file_info *fi_out, size_t len,
 			       int flags)
 {
+	count_req(FSOP_COPY_FILE_RANGE);
 	(void)fi_in;
 	(void)fi_out;
 	struct dmarfs *fs = FS(req);
@@ -782,6 +911,7 @@ static void op_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in, 
 
 static void op_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence, struct fuse_file_info *fi)
 {
+	count_req(FSOP_LSEEK);
 	(void)fi;
 	struct inode *i = INO(req, ino);
 	uint64_t out = 0;

@@ -144,13 +144,18 @@ rm -f "$src"
 check "encode=none: 400 files of 1 KiB in a 64 MiB arena fit and take about what they hold"
 fs_mount "size=64m,encode=none" m
 u0=$(used_bytes "$m")
+# the daemon counts its FUSE requests by kind (user.dmar.requests)
+req_of() { xattr "$m" user.dmar.requests | tr ' ' '\n' | sed -n "s/^$1=//p"; }
+c0=$(req_of create)
+t0=$(req_of total)
 i=0
 while [ "$i" -lt 400 ]; do
 	head -c 1024 /dev/urandom >"$m/small$i" 2>"$T/err" || fail "small file $i: $(cat "$T/err")"
 	i=$((i + 1))
 done
 used=$(($(used_bytes "$m") - u0))
-say "  400 x 1 KiB: $(mib "$used") of arena"
+say "  400 x 1 KiB: $(mib "$used") of arena, $((($(req_of total) - t0) / 400)) FUSE requests a file"
+[ $(($(req_of create) - c0)) = 400 ] || fail "user.dmar.requests counted $(($(req_of create) - c0)) creates for 400 files"
 [ "$used" -le $((4 * MiB)) ] || fail "400 files of 1 KiB take $(mib "$used")"
 rm -f "$m"/small*
 check_arena "$m" "the arena after the small files"
