@@ -170,10 +170,42 @@ static uint64_t mono_seconds(void);
  * checkpoint. */
 #define CKPT_SECONDS 2
 
+/* Take the files of the idle list that have had no write for
+ * IDLE_SECONDS off it, into *due (grown as needed); how many.  ns held.
+ * One pass: every file written in the last seconds is on the list (a git
+ * clone puts thousands there), and a walk from the head for each file
+ * encoded held the namespace lock for most of a clone. */
+static size_t idle_take(struct dmarfs *fs, uint64_t now_s, struct inode ***due, size_t *cap)
+{
+	size_t n = 0;
+	for (struct inode **p = &fs->idle_head; *p;) {
+		struct inode *i = *p;
+		if (now_s - __atomic_load_n(&i->last_write, __ATOMIC_RELAXED) < IDLE_SECONDS) {
+			p = &i->idle_next;
+			continue;
+		}
+		if (n == *cap) {
+			size_t c = *cap ? 2 * *cap : 256;
+			struct inode **d = realloc(*due, c * sizeof(*d));
+			if (!d)
+				break; /* the rest at the next tick */
+			*due = d;
+			*cap = c;
+		}
+		*p = i->idle_next;
+		i->idle_next = NULL;
+		i->queued = false; /* a write from now on queues it again */
+		(*due)[n++] = i;
+	}
+	return n;
+}
+
 static void *idle_main(void *arg)
 {
 	struct dmarfs *fs = arg;
 	uint64_t next_ckpt = mono_seconds() + CKPT_SECONDS;
+	struct inode **due = NULL;
+	size_t cap = 0;
 	pthread_mutex_lock(&fs->ns);
 	while (!fs->idle_stop) {
 		struct timespec until;
@@ -181,15 +213,10 @@ static void *idle_main(void *arg)
 		until.tv_sec += 1;
 		pthread_cond_timedwait(&fs->idle_cond, &fs->ns, &until);
 		uint64_t now_s = mono_seconds();
-		for (struct inode **p = &fs->idle_head; *p && !fs->idle_stop;) {
-			struct inode *i = *p;
-			if (now_s - __atomic_load_n(&i->last_write, __ATOMIC_RELAXED) < IDLE_SECONDS) {
-				p = &i->idle_next;
-				continue;
-			}
-			*p = i->idle_next;
-			i->queued = false;
-			bool live = i->nlink > 0 && S_ISREG(i->mode);
+		size_t n = fs->idle_stop ? 0 : idle_take(fs, now_s, &due, &cap);
+		for (size_t k = 0; k < n; k++) {
+			struct inode *i = due[k];
+			bool live = !fs->idle_stop && i->nlink > 0 && S_ISREG(i->mode);
 			pthread_mutex_unlock(&fs->ns);
 			/* A write meanwhile queues the file again; one during
 			 * the encode makes its plan stale, and it waits.  The
@@ -199,8 +226,7 @@ static void *idle_main(void *arg)
 				(void)persist_sync(fs, i);
 			}
 			pthread_mutex_lock(&fs->ns);
-			ns_forget_locked(fs, i, 1);
-			p = &fs->idle_head; /* the list may have changed */
+			ns_forget_locked(fs, i, 1); /* the list's reference */
 		}
 		if (!fs->idle_stop) {
 			pthread_mutex_unlock(&fs->ns);
@@ -218,6 +244,7 @@ static void *idle_main(void *arg)
 		}
 	}
 	pthread_mutex_unlock(&fs->ns);
+	free(due);
 	return NULL;
 }
 
