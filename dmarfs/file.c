@@ -327,9 +327,18 @@ int dmar_file_content_id(struct dmar_file *f, struct dmar_fsctx *c, const struct
 	return e;
 }
 
+/* Would f reach past the mount's largest file at end?  A file already
+ * bigger (max_file_size lowered since) may change below its size. */
+static bool too_big(const struct dmar_file *f, const struct dmar_fsctx *c, uint64_t end)
+{
+	return c->max_size && end > c->max_size && end > f->size;
+}
+
 int dmar_file_from_content(struct dmar_file *f, struct dmar_fsctx *c, const struct dmar_id *cid, uint64_t size)
 {
 	struct dmar_xtab *t = NULL;
+	if (too_big(f, c, size))
+		return -EFBIG;
 	if (!c->index)
 		return -ENOENT;
 	pthread_mutex_lock(&tab_mu);
@@ -370,13 +379,6 @@ void dmar_file_clear(struct dmar_file *f, struct dmar_fsctx *c)
 {
 	changed(f, 0, f->size);
 	clear_extents(f, c);
-}
-
-/* Would f reach past the mount's largest file at end?  A file already
- * bigger (max_file_size lowered since) may change below its size. */
-static bool too_big(const struct dmar_file *f, const struct dmar_fsctx *c, uint64_t end)
-{
-	return c->max_size && end > c->max_size && end > f->size;
 }
 
 /* Make room for need extents in a growable array (doubling). */
@@ -1363,7 +1365,7 @@ size_t dmar_file_extent_bytes(size_t n)
 int dmar_file_from_recipe(struct dmar_file *f, struct dmar_fsctx *c, const struct dmar_recipe *r,
 			  struct dmar_id **missing, size_t *nmissing)
 {
-	if (c->max_size && r->size > c->max_size)
+	if (too_big(f, c, r->size))
 		return -EFBIG;
 	struct dmar_file nf;
 	dmar_file_init(&nf);

@@ -77,68 +77,46 @@ static void reply_entry_or(fuse_req_t req, int r, struct inode *i)
  * a workload costs in round trips, read from the root's
  * user.dmar.requests ("lookup=N getattr=N ... total=N").  One mount per
  * daemon, so the counts are the process's. */
+#define FS_OPS(X) \
+	X(LOOKUP, lookup) \
+	X(FORGET, forget) \
+	X(GETATTR, getattr) \
+	X(SETATTR, setattr) \
+	X(READLINK, readlink) \
+	X(MKNOD, mknod) \
+	X(MKDIR, mkdir) \
+	X(UNLINK, unlink) \
+	X(RMDIR, rmdir) \
+	X(SYMLINK, symlink) \
+	X(RENAME, rename) \
+	X(LINK, link) \
+	X(OPEN, open) \
+	X(READ, read) \
+	X(WRITE, write) \
+	X(FLUSH, flush) \
+	X(RELEASE, release) \
+	X(FSYNC, fsync) \
+	X(OPENDIR, opendir) \
+	X(READDIR, readdir) \
+	X(STATFS, statfs) \
+	X(SETXATTR, setxattr) \
+	X(GETXATTR, getxattr) \
+	X(LISTXATTR, listxattr) \
+	X(REMOVEXATTR, removexattr) \
+	X(CREATE, create) \
+	X(FALLOCATE, fallocate) \
+	X(COPY_FILE_RANGE, copy_file_range) \
+	X(LSEEK, lseek)
 enum fs_op {
-	FSOP_LOOKUP,
-	FSOP_FORGET,
-	FSOP_GETATTR,
-	FSOP_SETATTR,
-	FSOP_READLINK,
-	FSOP_MKNOD,
-	FSOP_MKDIR,
-	FSOP_UNLINK,
-	FSOP_RMDIR,
-	FSOP_SYMLINK,
-	FSOP_RENAME,
-	FSOP_LINK,
-	FSOP_OPEN,
-	FSOP_READ,
-	FSOP_WRITE,
-	FSOP_FLUSH,
-	FSOP_RELEASE,
-	FSOP_FSYNC,
-	FSOP_OPENDIR,
-	FSOP_READDIR,
-	FSOP_STATFS,
-	FSOP_SETXATTR,
-	FSOP_GETXATTR,
-	FSOP_LISTXATTR,
-	FSOP_REMOVEXATTR,
-	FSOP_CREATE,
-	FSOP_FALLOCATE,
-	FSOP_COPY_FILE_RANGE,
-	FSOP_LSEEK,
+#define X(up, low) FSOP_##up,
+	FS_OPS(X)
+#undef X
 	FSOP_N
 };
 static const char *const op_names[FSOP_N] = {
-	[FSOP_LOOKUP] = "lookup",
-	[FSOP_FORGET] = "forget",
-	[FSOP_GETATTR] = "getattr",
-	[FSOP_SETATTR] = "setattr",
-	[FSOP_READLINK] = "readlink",
-	[FSOP_MKNOD] = "mknod",
-	[FSOP_MKDIR] = "mkdir",
-	[FSOP_UNLINK] = "unlink",
-	[FSOP_RMDIR] = "rmdir",
-	[FSOP_SYMLINK] = "symlink",
-	[FSOP_RENAME] = "rename",
-	[FSOP_LINK] = "link",
-	[FSOP_OPEN] = "open",
-	[FSOP_READ] = "read",
-	[FSOP_WRITE] = "write",
-	[FSOP_FLUSH] = "flush",
-	[FSOP_RELEASE] = "release",
-	[FSOP_FSYNC] = "fsync",
-	[FSOP_OPENDIR] = "opendir",
-	[FSOP_READDIR] = "readdir",
-	[FSOP_STATFS] = "statfs",
-	[FSOP_SETXATTR] = "setxattr",
-	[FSOP_GETXATTR] = "getxattr",
-	[FSOP_LISTXATTR] = "listxattr",
-	[FSOP_REMOVEXATTR] = "removexattr",
-	[FSOP_CREATE] = "create",
-	[FSOP_FALLOCATE] = "fallocate",
-	[FSOP_COPY_FILE_RANGE] = "copy_file_range",
-	[FSOP_LSEEK] = "lseek",
+#define X(up, low) [FSOP_##up] = #low,
+	FS_OPS(X)
+#undef X
 };
 static _Atomic uint64_t nreq[FSOP_N];
 
@@ -517,10 +495,7 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 	if (ino == FUSE_ROOT_ID && !strcmp(name, "user.dmar.requests")) {
 		char line[1024];
 		int n = requests_line(line, sizeof(line));
-		ssize_t r = n >= (int)sizeof(line) ? -E2BIG : !size ? n : (size_t)n > size ? -ERANGE : n;
-		if (r > 0 && size)
-			memcpy(buf, line, (size_t)n);
-		reply_xattr(req, r, buf, size);
+		reply_xattr(req, n >= (int)sizeof(line) ? -E2BIG : ns_xattr_value(line, (size_t)n, buf, size), buf, size);
 		free(buf);
 		return;
 	}

@@ -475,14 +475,13 @@ static int op_stat(void *ctx, const char *path, json_t **out, struct dmar_error 
 		pthread_mutex_lock(&fs->ns);
 		size_t count = dmar_dir_count(&i->dir);
 		pthread_mutex_unlock(&fs->ns);
-		/* about what jansson takes for an entry's object */
+		/* about what jansson takes for an entry's object; the budget
+		 * is read without the namespace lock (a file read) */
 		if ((r = mem_check(n, (uint64_t)count * 1024, "the listing", err)) < 0) {
 			json_decref(o);
 			unhold(fs, i);
 			return r;
 		}
-	}
-	if (o && S_ISDIR(i->mode)) {
 		/* A snapshot of the entries under ns; each child's attributes
 		 * under its own lock (ns first, then one inode: the order of
 		 * fs.c). */
@@ -623,10 +622,6 @@ static int make_file(struct dmarfs_node *n, const char *path, const struct dmar_
 	struct dmarfs *fs = n->fs;
 	char leaf[256];
 	struct inode *d, *i = NULL;
-	uint64_t max = fs->cfg.ctx.max_size;
-	if (max && rc->size > max)
-		return dmar_error_set(err, -EFBIG, "a file of %" PRIu64 " bytes: the node's max_file_size is %" PRIu64,
-				      rc->size, max);
 	int r = from_content ? 0 : mem_check(n, 2 * dmar_file_extent_bytes(rc->n), "the file's extents", err);
 	if (r < 0)
 		return r;
@@ -665,6 +660,9 @@ static int make_file(struct dmarfs_node *n, const char *path, const struct dmar_
 		*out = missing_json(miss, nmiss);
 		dmar_error_set(err, r, "%zu chunks of the recipe are missing", nmiss);
 		free(miss);
+	} else if (r == -EFBIG) {
+		dmar_error_set(err, r, "a file of %" PRIu64 " bytes: the node's max_file_size is %" PRIu64, rc->size,
+			       fs->cfg.ctx.max_size);
 	} else if (r == -EINVAL) {
 		dmar_error_set(err, r, "recipe shows bytes beyond the end of a chunk");
 	}

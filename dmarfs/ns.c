@@ -861,7 +861,7 @@ int ns_removexattr(struct dmarfs *fs, struct inode *i, const char *name)
 	return r;
 }
 
-static ssize_t copy_out(const void *v, size_t len, void *buf, size_t cap)
+ssize_t ns_xattr_value(const void *v, size_t len, void *buf, size_t cap)
 {
 	if (cap == 0)
 		return (ssize_t)len;
@@ -880,7 +880,7 @@ ssize_t ns_getxattr(struct dmarfs *fs, struct inode *i, const char *name, void *
 		(void)dmarfs_check(fs, &rep);
 		if (!rep)
 			return -ENOMEM;
-		ssize_t n = copy_out(rep, strlen(rep), buf, cap);
+		ssize_t n = ns_xattr_value(rep, strlen(rep), buf, cap);
 		free(rep);
 		return n;
 	}
@@ -890,10 +890,10 @@ ssize_t ns_getxattr(struct dmarfs *fs, struct inode *i, const char *name, void *
 		n = (int)sizeof(tmp) - 1; /* never reply past the buffer */
 	ssize_t r;
 	if (n >= 0) {
-		r = copy_out(tmp, (size_t)n, buf, cap);
+		r = ns_xattr_value(tmp, (size_t)n, buf, cap);
 	} else {
 		struct xattr *x = xattr_find(i, name);
-		r = x ? copy_out(x->value, x->len, buf, cap) : -ENODATA;
+		r = x ? ns_xattr_value(x->value, x->len, buf, cap) : -ENODATA;
 	}
 	pthread_rwlock_unlock(&i->lock);
 	return r;
