@@ -39,6 +39,7 @@
 #include <zstd.h>
 
 #include "block.h"
+#include "compress.h"
 #include "encoder.h"
 #include "pool.h"
 
@@ -217,27 +218,6 @@ static int wait_written(struct dmar_encoder *e, struct block_job *j)
 	return 0;
 }
 
-/* Does the block look compressible?  Level-1 zstd on 16 samples of 1 KiB
- * spread over the block costs well under 1 % of compressing it, and spares
- * random or already-compressed data the full attempt (the main cost of
- * packing it).  Many small samples, not a few big ones: a block of a tar
- * mixes compressed and text members, and a few samples landing in .gz
- * members stored whole blocks of text raw (1.14x zstd -3 on the benchmark
- * corpus). */
-static bool worth_compressing(ZSTD_CCtx *sctx, const uint8_t *p, size_t len)
-{
-	enum { S = 1024, N = 16 };
-	if (len < 4 * N * S)
-		return true;
-	uint8_t sample[N * S], out[N * S + 512];
-	for (size_t k = 0; k < N; k++)
-		memcpy(sample + k * S, p + (len - S) * k / (N - 1), S);
-	size_t c = ZSTD_compressCCtx(sctx, out, sizeof(out), sample, sizeof(sample), 1);
-	if (ZSTD_isError(c))
-		return true;
-	return c < sizeof(sample) - sizeof(sample) / 32;
-}
-
 /* Does a chunk occur twice in the block?  zstd then finds the repeat
  * (the window covers the block) however incompressible each copy looks to
  * worth_compressing's samples: a tar holding the same .gz in several
@@ -308,15 +288,13 @@ static void encode_one(struct block_job *j, unsigned worker)
 	j->payload = present;
 	j->payload_len = raw_len;
 	if (raw_len && e->o.level > 0 &&
-	    (worth_compressing(e->sctx[worker], present, raw_len) || has_repeat(j->ids, j->n))) {
+	    (dmar_compress_probe(e->sctx[worker], present, raw_len) || has_repeat(j->ids, j->n))) {
 		if (dmar_block_buf_reserve(&j->zbuf, ZSTD_compressBound(raw_len), e->zcap) < 0) {
 			j->rc = dmar_error_errno(&j->err, -ENOMEM, "encoder");
 			return;
 		}
 		size_t c = ZSTD_compress2(e->cctx[worker], j->zbuf.p, j->zbuf.cap, present, raw_len);
-		/* Keep zstd only when it saves more than 1/64: decoding raw
-		 * blocks is a memcpy, so a marginal gain is not worth it. */
-		if (!ZSTD_isError(c) && c < raw_len - raw_len / 64) {
+		if (!ZSTD_isError(c) && dmar_compress_pays(raw_len, c)) {
 			enc = e->o.pack ? DMAR_ENC_ZSTD_PACK : DMAR_ENC_ZSTD;
 			j->payload = j->zbuf.p;
 			j->payload_len = c;
@@ -473,14 +451,13 @@ static ZSTD_CCtx *new_cctx(const struct dmar_encoder_opts *o)
 	if (!c)
 		return NULL;
 	/* Our record already carries sizes and a check, and the header names
-	 * the dictionary: drop zstd's magic, checksum, dictionary id and
-	 * content size, ~14 bytes a block that matter for small files. */
-	ZSTD_CCtx_setParameter(c, ZSTD_c_format, ZSTD_f_zstd1_magicless);
-	ZSTD_CCtx_setParameter(c, ZSTD_c_checksumFlag, 0);
-	ZSTD_CCtx_setParameter(c, ZSTD_c_dictIDFlag, 0);
-	ZSTD_CCtx_setParameter(c, ZSTD_c_contentSizeFlag, 0);
+	 * the dictionary: chunk frames (compress.h), ~14 bytes a block less,
+	 * which matters for small files. */
 	int level = o->level > 0 ? o->level : 1;
-	ZSTD_CCtx_setParameter(c, ZSTD_c_compressionLevel, level);
+	if (dmar_compress_setup(c, level, o->pack) < 0) {
+		ZSTD_freeCCtx(c);
+		return NULL;
+	}
 	/* A window as big as the block: blocks are independent anyway, and
 	 * the low levels' 2 MiB window misses repeats (the same changelog.gz
 	 * in several packages of a tar) that zstd run over the whole file
@@ -492,13 +469,6 @@ static ZSTD_CCtx *new_cctx(const struct dmar_encoder_opts *o)
 	ZSTD_compressionParameters cp = ZSTD_getCParams(level, DMAR_BLOCK_MAX_RAW, 0);
 	if (cp.windowLog < BLOCK_WINDOW_LOG)
 		ZSTD_CCtx_setParameter(c, ZSTD_c_windowLog, BLOCK_WINDOW_LOG);
-	if (o->pack) {
-		const ZSTD_CDict *cd = (const ZSTD_CDict *)dmar_bytepack_cdict(o->pack, o->level);
-		if (!cd || ZSTD_isError(ZSTD_CCtx_refCDict(c, cd))) {
-			ZSTD_freeCCtx(c);
-			return NULL;
-		}
-	}
 	return c;
 }
 

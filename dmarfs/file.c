@@ -12,6 +12,7 @@
 #define ZSTD_STATIC_LINKING_ONLY
 #include <zstd.h>
 
+#include "compress.h"
 #include "file.h"
 
 enum { EXT_HOLE, EXT_RAW, EXT_CHUNK };
@@ -475,10 +476,8 @@ static int split_at(struct dmar_file *f, struct dmar_fsctx *c, uint64_t off)
 /* --- chunk payloads ---------------------------------------------------- */
 
 struct tls_codec {
-	ZSTD_CCtx *cctx;
+	struct dmar_zchunk *z;
 	ZSTD_DCtx *dctx, *dctx_pack;
-	struct dmar_bytepack *pack;
-	int level;
 	uint8_t *cache;          /* last decoded chunk */
 	struct dmar_id cache_id;
 	bool cache_valid;
@@ -492,7 +491,7 @@ static pthread_once_t tls_once = PTHREAD_ONCE_INIT;
 static void tls_free(void *p)
 {
 	struct tls_codec *t = p;
-	ZSTD_freeCCtx(t->cctx);
+	dmar_zchunk_free(t->z);
 	ZSTD_freeDCtx(t->dctx);
 	ZSTD_freeDCtx(t->dctx_pack);
 	free(t->cache);
@@ -516,7 +515,7 @@ static struct tls_codec *tls(struct dmar_fsctx *c)
 {
 	pthread_once(&tls_once, tls_init);
 	struct tls_codec *t = pthread_getspecific(tls_key);
-	if (t && (t->pack != c->pack || t->level != c->level)) {
+	if (t && (dmar_zchunk_pack(t->z) != c->pack || dmar_zchunk_level(t->z) != c->level)) {
 		tls_free(t);
 		t = NULL;
 	}
@@ -524,33 +523,23 @@ static struct tls_codec *tls(struct dmar_fsctx *c)
 		t = calloc(1, sizeof(*t));
 		if (!t)
 			return NULL;
-		t->cctx = ZSTD_createCCtx();
 		t->dctx = ZSTD_createDCtx();
 		t->cache = malloc(c->chunker.max);
 		t->zcap = ZSTD_compressBound(c->chunker.max);
 		t->zbuf = malloc(t->zcap);
-		t->pack = c->pack;
-		t->level = c->level;
-		if (!t->cctx || !t->dctx || !t->cache || !t->zbuf) {
+		if (dmar_zchunk_new(&t->z, c->level, c->pack) < 0 || !t->dctx || !t->cache || !t->zbuf) {
 			tls_free(t);
 			return NULL;
 		}
-		ZSTD_CCtx_setParameter(t->cctx, ZSTD_c_format, ZSTD_f_zstd1_magicless);
-		ZSTD_CCtx_setParameter(t->cctx, ZSTD_c_checksumFlag, 0);
-		ZSTD_CCtx_setParameter(t->cctx, ZSTD_c_dictIDFlag, 0);
-		ZSTD_CCtx_setParameter(t->cctx, ZSTD_c_contentSizeFlag, 0);
-		ZSTD_CCtx_setParameter(t->cctx, ZSTD_c_compressionLevel, c->level);
 		set_magicless(t->dctx);
 		if (c->pack) {
 			t->dctx_pack = ZSTD_createDCtx();
-			const ZSTD_CDict *cd = (const ZSTD_CDict *)dmar_bytepack_cdict(c->pack, c->level);
 			const ZSTD_DDict *dd = (const ZSTD_DDict *)dmar_bytepack_ddict(c->pack);
-			if (!t->dctx_pack || !cd || !dd) {
+			if (!t->dctx_pack || !dd) {
 				tls_free(t);
 				return NULL;
 			}
 			set_magicless(t->dctx_pack);
-			ZSTD_CCtx_refCDict(t->cctx, cd);
 			ZSTD_DCtx_refDDict(t->dctx_pack, dd);
 		}
 		pthread_setspecific(tls_key, t);
@@ -952,10 +941,8 @@ static int store_ref_policy(struct dmar_fsctx *c, const struct dmar_id *id, cons
 		struct tls_codec *t = tls(c);
 		if (!t)
 			return -ENOMEM;
-		size_t z = ZSTD_compress2(t->cctx, t->zbuf, t->zcap, p, len);
-		/* Keep zstd only when it saves more than 1/16: a raw
-		 * chunk is read in place, a compressed one is decoded. */
-		if (!ZSTD_isError(z) && z < len - len / 16) {
+		size_t z = dmar_zchunk_probe(t->z, p, len) ? dmar_zchunk_compress(t->z, t->zbuf, t->zcap, p, len) : 0;
+		if (z) {
 			payload = t->zbuf;
 			stored = (uint32_t)z;
 			enc = c->pack ? DMAR_CHUNK_ZSTD_PACK : DMAR_CHUNK_ZSTD;

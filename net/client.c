@@ -61,6 +61,7 @@
 #include <zstd.h>
 
 #include "client.h"
+#include "compress.h"
 #include "libcurl.h"
 
 /* A query body is 32 bytes an id and the peer reads at most 64 MiB a body;
@@ -76,8 +77,6 @@
 /* A batch whose chunks are mostly compressible travels as one zstd stream
  * (Content-Encoding: zstd) at this level. */
 #define DMAR_BATCH_ZSTD_LEVEL 5
-/* The compressibility probe's level (wire_probe says why). */
-#define DMAR_PROBE_ZSTD_LEVEL (-1)
 /* After this many probed chunks in a row were incompressible, a stream
  * probes only one chunk in DMAR_PROBE_STRIDE until one passes
  * (stream_probe says why). */
@@ -1043,8 +1042,7 @@ struct push_rec {
 
 struct push_stream {
 	struct push *p;
-	ZSTD_CCtx *zc;    /* per-chunk frames, level 1 */
-	ZSTD_CCtx *pzc;   /* the compressibility probe, level -1 */
+	struct dmar_zchunk *z; /* per-chunk frames, level 1, and the probe */
 	unsigned misses;  /* probes that failed in a row */
 	unsigned skipped; /* chunks not probed since the last probe */
 	uint8_t *scratch; /* compressed payloads of the batch */
@@ -1066,46 +1064,8 @@ struct push_stream {
 };
 
 /*
- * Compress a raw chunk for the wire where that pays: zstd on 8 samples of
- * 512 bytes spread over the chunk first, so random or already compressed
- * data costs a 4 KiB probe, not a full attempt; many small samples so a
- * chunk that mixes text and compressed bytes is not judged by one spot
- * (codec/encoder.c probes blocks the same way).  zc is the probe's own
- * context at level -1: on a 4 KiB sample that takes half of level 1's time
- * (about 1.2 against 2.5 us here, and a 1 GiB random file is 32 768
- * probes), and text still shrinks by about 45 %, far past the 1/16 the
- * probe asks for.  Returns whether to try compressing the chunk.
- */
-/* Chunks from WIRE_PROBE_SAMPLED bytes on are judged by the samples, which
- * then do not overlap (an overlap would repeat bytes and make random data
- * look compressible); smaller ones (only a file's tail is under the
- * chunker's 8 KiB minimum) are simply tried. */
-enum { WIRE_PROBE_S = 512, WIRE_PROBE_N = 8, WIRE_PROBE_SAMPLED = WIRE_PROBE_N * WIRE_PROBE_S };
-
-static bool wire_probe(ZSTD_CCtx *zc, uint8_t *dst, size_t cap, const uint8_t *src, size_t len)
-{
-	enum { S = WIRE_PROBE_S, N = WIRE_PROBE_N };
-	if (len < 256)
-		return false; /* the frame and record overhead eat what it could save */
-	if (len >= WIRE_PROBE_SAMPLED) {
-		uint8_t sample[N * S];
-		/* The source is cold (an arena chunk last touched when it was
-		 * written): ask for every line of the samples first, so the
-		 * misses overlap instead of coming one spot after another. */
-		for (size_t k = 0; k < N; k++)
-			for (size_t o = 0; o < S; o += 64)
-				__builtin_prefetch(src + (len - S) * k / (N - 1) + o);
-		for (size_t k = 0; k < N; k++)
-			memcpy(sample + k * S, src + (len - S) * k / (N - 1), S);
-		size_t c = ZSTD_compress2(zc, dst, cap, sample, sizeof(sample));
-		if (ZSTD_isError(c) || c > sizeof(sample) - sizeof(sample) / 16)
-			return false;
-	}
-	return true;
-}
-
-/*
- * wire_probe for the stream's next raw chunk, but a long run of
+ * The compress policy's probe (codec/compress.h) for the stream's next
+ * raw chunk, but a long run of
  * incompressible chunks -- random data, media, compressed archives: on a
  * 1 GiB random file the probes are 5-6 % of both nodes' CPU (perf,
  * bench-net (a)) -- is probed only one chunk in DMAR_PROBE_STRIDE after
@@ -1119,25 +1079,17 @@ static bool wire_probe(ZSTD_CCtx *zc, uint8_t *dst, size_t cap, const uint8_t *s
  */
 static bool stream_probe(struct push_stream *s, const struct dmar_wire_chunk *w)
 {
-	if (w->len < WIRE_PROBE_SAMPLED)
-		return wire_probe(s->pzc, s->scratch, s->scratch_cap, w->payload, w->len);
+	if (w->len < DMAR_COMPRESS_SAMPLED)
+		return dmar_zchunk_probe(s->z, w->payload, w->len);
 	if (s->misses >= DMAR_PROBE_RUN && ++s->skipped < DMAR_PROBE_STRIDE)
 		return false;
 	s->skipped = 0;
-	if (wire_probe(s->pzc, s->scratch, s->scratch_cap, w->payload, w->len)) {
+	if (dmar_zchunk_probe(s->z, w->payload, w->len)) {
 		s->misses = 0;
 		return true;
 	}
 	s->misses++;
 	return false;
-}
-
-static size_t wire_compress(ZSTD_CCtx *zc, uint8_t *dst, size_t cap, const uint8_t *src, size_t len)
-{
-	size_t c = ZSTD_compress2(zc, dst, cap, src, len);
-	if (ZSTD_isError(c) || c >= len - len / 32)
-		return 0; /* under 3 % saved: not worth the receiver's decoding */
-	return c;
 }
 
 static void batch_release(struct push_stream *s)
@@ -1204,8 +1156,8 @@ static void batch_per_chunk(struct push_stream *s)
 		const struct dmar_wire_chunk *w = &rec->src;
 		struct dmar_wire_chunk out = *w;
 		if (w->enc == DMAR_WIRE_RAW && rec->compressible) {
-			size_t z = wire_compress(s->zc, s->scratch + s->scratch_used, s->scratch_cap - s->scratch_used,
-						 w->payload, w->len);
+			size_t z = dmar_zchunk_compress(s->z, s->scratch + s->scratch_used,
+							s->scratch_cap - s->scratch_used, w->payload, w->len);
 			if (z) {
 				out.enc = DMAR_WIRE_ZSTD;
 				out.stored = (uint32_t)z;
@@ -1238,8 +1190,8 @@ static int zfeed(struct push_stream *s, const void *p, size_t n, ZSTD_EndDirecti
 /*
  * The whole batch -- header, records with raw payloads (the source's zstd
  * chunks decoded) -- as one standard zstd frame, DMAR_BATCH_ZSTD_LEVEL, in s->zbody.
- * 0, or a negative errno when it failed or would not save 3 %: the batch
- * then goes per chunk.
+ * 0, or a negative errno when it failed or would not pay (compress.h's
+ * rule): the batch then goes per chunk.
  */
 static int batch_compress(struct push_stream *s)
 {
@@ -1499,20 +1451,13 @@ static int push_upload(struct push *p, const uint32_t *todo, size_t n, uint64_t 
 		s[i].p = p;
 		s[i].scratch_cap = DMAR_BATCH_BYTES + ZSTD_COMPRESSBOUND(DMAR_WIRE_CHUNK_MAX);
 		s[i].scratch = malloc(s[i].scratch_cap);
-		s[i].zc = ZSTD_createCCtx();
-		s[i].pzc = ZSTD_createCCtx();
 		s[i].bzc = ZSTD_createCCtx();
 		s[i].dz = ZSTD_createDCtx();
 		s[i].plain = malloc(DMAR_WIRE_CHUNK_MAX);
-		if (!s[i].scratch || !s[i].zc || !s[i].pzc || !s[i].bzc || !s[i].dz || !s[i].plain) {
+		if (!s[i].scratch || dmar_zchunk_new(&s[i].z, 1, NULL) < 0 || !s[i].bzc || !s[i].dz || !s[i].plain) {
 			r = -ENOMEM;
 			goto out;
 		}
-		ZSTD_CCtx_setParameter(s[i].zc, ZSTD_c_compressionLevel, 1);
-		ZSTD_CCtx_setParameter(s[i].zc, ZSTD_c_format, ZSTD_f_zstd1_magicless);
-		ZSTD_CCtx_setParameter(s[i].zc, ZSTD_c_checksumFlag, 0);
-		ZSTD_CCtx_setParameter(s[i].zc, ZSTD_c_dictIDFlag, 0);
-		ZSTD_CCtx_setParameter(s[i].pzc, ZSTD_c_compressionLevel, DMAR_PROBE_ZSTD_LEVEL);
 		ZSTD_CCtx_setParameter(s[i].bzc, ZSTD_c_compressionLevel, DMAR_BATCH_ZSTD_LEVEL);
 	}
 	p->retry = retry;
@@ -1550,8 +1495,7 @@ out:
 	if (s)
 		for (unsigned i = 0; i < ns; i++) {
 			free(s[i].scratch);
-			ZSTD_freeCCtx(s[i].zc);
-			ZSTD_freeCCtx(s[i].pzc);
+			dmar_zchunk_free(s[i].z);
 			ZSTD_freeCCtx(s[i].bzc);
 			ZSTD_freeDCtx(s[i].dz);
 			free(s[i].zbody);

@@ -56,6 +56,7 @@
 #include <zstd.h>
 
 #include "admit.h"
+#include "compress.h"
 #include "server.h"
 #include "ws.h"
 
@@ -73,7 +74,6 @@
 #define WS_FRAME_MAX 4096           /* what a client may send us: control frames, in practice */
 #define WS_CLOSE_WAIT_MS 5000
 #define FETCH_BLOCK (256u << 10)
-#define FETCH_COMPRESS_MIN 64       /* smaller raw chunks travel as they are */
 #define PEM_MAX (1u << 20)
 /* Content-Encoding: zstd on POST /v1/chunks: the body decodes through a
  * buffer of this size; at most BATCH_ZSTD_RATIO x the body limit decoded
@@ -970,9 +970,9 @@ struct fetch {
 	size_t off;
 	uint8_t hdr[DMAR_BATCH_REC_SIZE > DMAR_BATCH_HDR_SIZE ? DMAR_BATCH_REC_SIZE : DMAR_BATCH_HDR_SIZE];
 	uint8_t *chunk; /* the node's copy of the current chunk */
-	uint8_t *z;     /* its compressed form */
-	size_t z_cap;
-	ZSTD_CCtx *cctx;
+	struct dmar_zchunk *z;
+	uint8_t *zbuf;  /* its compressed form */
+	size_t zbuf_cap;
 };
 
 static void fetch_free(void *cls)
@@ -980,41 +980,35 @@ static void fetch_free(void *cls)
 	struct fetch *f = cls;
 	free(f->ids);
 	free(f->chunk);
-	free(f->z);
-	ZSTD_freeCCtx(f->cctx);
+	free(f->zbuf);
+	dmar_zchunk_free(f->z);
 	free(f);
 }
 
-/* A raw payload compressed with zstd level 1, magicless, kept only where it
- * saves at least 3%: otherwise the receiver's decompression buys nothing. */
+/* A raw payload as a level-1 chunk frame where the compress policy
+ * (codec/compress.h) says it pays; a chunk its source already judged
+ * travels as it is. */
 static bool fetch_compress(struct fetch *f, struct dmar_wire_chunk *c)
 {
-	if (c->enc != DMAR_WIRE_RAW || c->len < FETCH_COMPRESS_MIN)
+	if (c->enc != DMAR_WIRE_RAW || c->tried)
 		return false;
-	if (!f->cctx) {
-		if (!(f->cctx = ZSTD_createCCtx()))
-			return false;
-	}
-	ZSTD_CCtx_reset(f->cctx, ZSTD_reset_session_and_parameters);
-	ZSTD_CCtx_setParameter(f->cctx, ZSTD_c_compressionLevel, 1);
-	ZSTD_CCtx_setParameter(f->cctx, ZSTD_c_format, ZSTD_f_zstd1_magicless);
-	ZSTD_CCtx_setParameter(f->cctx, ZSTD_c_checksumFlag, 0);
-	ZSTD_CCtx_setParameter(f->cctx, ZSTD_c_dictIDFlag, 0);
-	/* Only worth it below 97%: give zstd no more room than that. */
-	size_t cap = (size_t)c->len * 97 / 100;
-	if (f->z_cap < cap) {
-		uint8_t *z = realloc(f->z, cap);
+	if (!f->z && dmar_zchunk_new(&f->z, 1, NULL) < 0)
+		return false;
+	if (!dmar_zchunk_probe(f->z, c->payload, c->len))
+		return false;
+	if (f->zbuf_cap < c->len) {
+		uint8_t *z = realloc(f->zbuf, c->len);
 		if (!z)
 			return false;
-		f->z = z;
-		f->z_cap = cap;
+		f->zbuf = z;
+		f->zbuf_cap = c->len;
 	}
-	size_t r = ZSTD_compress2(f->cctx, f->z, cap, c->payload, c->len);
-	if (ZSTD_isError(r) || r == 0 || r >= cap)
+	size_t r = dmar_zchunk_compress(f->z, f->zbuf, c->len, c->payload, c->len);
+	if (!r)
 		return false;
 	c->enc = DMAR_WIRE_ZSTD;
 	c->stored = (uint32_t)r;
-	c->payload = f->z;
+	c->payload = f->zbuf;
 	return true;
 }
 

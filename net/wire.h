@@ -62,9 +62,9 @@ struct dmar_wire_chunk {
 	uint32_t len;   /* decoded bytes */
 	uint32_t stored;
 	const uint8_t *payload; /* stored bytes */
-	/* Set by a chunk source that already tried zstd on this raw chunk
-	 * and kept it raw (it saved under 1/16): the push then sends it as it
-	 * is without probing it again.  Not on the wire. */
+	/* Set by a chunk source whose compress policy (codec/compress.h)
+	 * already judged this raw chunk and kept it raw: the push then sends
+	 * it as it is without probing it again.  Not on the wire. */
 	bool tried;
 };
 
