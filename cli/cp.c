@@ -36,7 +36,9 @@
 #include "chunker.h"
 #include "cli.h"
 #include "client.h"
+#include "cutter.h"
 #include "hash.h"
+#include "idset.h"
 #include "peers.h"
 #include "wire.h"
 
@@ -57,9 +59,6 @@ static const char cp_help[] =
 	"  -v, --verbose         a progress line even when stderr is no terminal\n"
 	"  -h, --help            this help\n";
 
-
-/* Read this much of the file at a time; at least DMAR_CHUNK_MAX_DEFAULT. */
-#define CP_WINDOW (4u << 20)
 
 struct endpoint {
 	const char *arg;   /* as given, for messages */
@@ -196,9 +195,8 @@ static void report(const char *where, int r, const struct dmar_error *err)
 
 /* ---- local -> node -------------------------------------------------------- */
 
-/* Where each distinct chunk of the local file starts, sorted by id. */
+/* Where a distinct chunk of the local file first starts. */
 struct chunk_at {
-	struct dmar_id id;
 	uint64_t off;
 	uint32_t len;
 };
@@ -206,15 +204,10 @@ struct chunk_at {
 struct local_src {
 	int fd;
 	const char *name;
-	struct chunk_at *at;
-	size_t n;
+	struct dmar_idset set; /* the file's distinct chunks */
+	struct chunk_at *at;   /* by set index */
 	int changed; /* set when the file no longer has a chunk where it had */
 };
-
-static int cmp_at(const void *a, const void *b)
-{
-	return memcmp(&((const struct chunk_at *)a)->id, &((const struct chunk_at *)b)->id, sizeof(struct dmar_id));
-}
 
 static int pread_all(int fd, uint8_t *buf, size_t len, uint64_t off)
 {
@@ -238,8 +231,8 @@ static int pread_all(int fd, uint8_t *buf, size_t len, uint64_t off)
 static int src_get(void *ctx, const struct dmar_id *id, uint32_t len, struct dmar_wire_chunk *c)
 {
 	struct local_src *s = ctx;
-	struct chunk_at key = { .id = *id };
-	const struct chunk_at *at = bsearch(&key, s->at, s->n, sizeof(*s->at), cmp_at);
+	int64_t k = dmar_idset_find(&s->set, id);
+	const struct chunk_at *at = k >= 0 ? &s->at[k] : NULL;
 	if (!at || at->len != len)
 		return -ENOENT;
 	uint8_t *buf = malloc(len);
@@ -279,11 +272,41 @@ static int read_full(int fd, uint8_t *buf, size_t len, size_t *got)
 	return 0;
 }
 
+struct recipe_cut {
+	struct dmar_recipe *r;
+	size_t cap;
+	struct cp_progress *pr;
+	struct dmar_xfer_stats none;
+};
+
+/* One chunk of the file: its entry in the recipe. */
+static int recipe_add(void *ctx, const uint8_t *p, uint32_t len, const struct dmar_id *id)
+{
+	struct recipe_cut *rc = ctx;
+	struct dmar_recipe *r = rc->r;
+	if (r->n == rc->cap) {
+		if (rc->cap >= DMAR_RECIPE_MAX_ENTRIES)
+			return -EFBIG;
+		size_t nc = rc->cap ? rc->cap * 2 : 1024;
+		struct dmar_recipe_entry *e = realloc(r->e, nc * sizeof(*e));
+		if (!e)
+			return -ENOMEM;
+		r->e = e;
+		rc->cap = nc;
+	}
+	r->e[r->n++] = (struct dmar_recipe_entry){ .id = *id, .len = len, .kind = DMAR_RECIPE_CHUNK };
+	r->size += len;
+	rc->pr->done = r->size;
+	if (rc->pr->on) {
+		rc->none.seconds = cli_now() - rc->pr->t0;
+		on_progress(rc->pr, &rc->none);
+	}
+	return 0;
+}
+
 /*
  * Cut fd into chunks as a mount would and make its recipe (whole chunks,
- * skip 0, no holes) and the index of where each distinct chunk is.  The
- * chunker needs max bytes ahead of a cut (or the end of the file): the
- * window is refilled whenever less than that is left in it.
+ * skip 0, no holes) and the index of where each distinct chunk is.
  */
 static int recipe_of_fd(int fd, const struct stat *st, struct dmar_recipe *r, struct local_src *s,
 			struct cp_progress *pr)
@@ -292,85 +315,42 @@ static int recipe_of_fd(int fd, const struct stat *st, struct dmar_recipe *r, st
 	int ret = dmar_chunker_init(&ck, DMAR_CHUNK_MIN_DEFAULT, DMAR_CHUNK_AVG_DEFAULT, DMAR_CHUNK_MAX_DEFAULT);
 	if (ret < 0)
 		return ret;
-	uint8_t *buf = malloc(CP_WINDOW);
-	size_t cap = 0;
 	memset(r, 0, sizeof(*r));
 	r->mode = st->st_mode & 07777;
 	r->mtime_sec = st->st_mtim.tv_sec;
 	r->mtime_nsec = (uint32_t)st->st_mtim.tv_nsec;
-	if (!buf)
-		return -ENOMEM;
-	size_t have = 0, pos = 0;
-	bool eof = false;
-	uint64_t off = 0;
-	struct dmar_xfer_stats none = { 0 };
-	for (;;) {
-		if (!eof && have - pos < ck.max) {
-			memmove(buf, buf + pos, have - pos);
-			have -= pos;
-			pos = 0;
-			size_t got;
-			if ((ret = read_full(fd, buf + have, CP_WINDOW - have, &got)) < 0)
-				goto fail;
-			eof = have + got < CP_WINDOW;
-			have += got;
-		}
-		if (pos == have)
+	struct recipe_cut rc = { .r = r, .pr = pr };
+	struct dmar_cutter *cut;
+	if ((ret = dmar_cutter_new(&cut, &ck, recipe_add, &rc)) < 0)
+		return ret;
+	for (bool eof = false; !eof && ret == 0;) {
+		uint8_t *dst;
+		size_t cap, got;
+		dmar_cutter_space(cut, &dst, &cap);
+		if ((ret = read_full(fd, dst, cap, &got)) < 0)
 			break;
-		size_t len = dmar_chunker_next(&ck, buf + pos, have - pos, eof);
-		if (!len) { /* cannot be: max bytes or the end are in the window */
-			ret = -EIO;
-			goto fail;
-		}
-		if (r->n == cap) {
-			if (cap >= DMAR_RECIPE_MAX_ENTRIES) {
-				ret = -EFBIG;
-				goto fail;
-			}
-			size_t nc = cap ? cap * 2 : 1024;
-			struct dmar_recipe_entry *e = realloc(r->e, nc * sizeof(*e));
-			if (!e) {
-				ret = -ENOMEM;
-				goto fail;
-			}
-			r->e = e;
-			cap = nc;
-		}
-		struct dmar_recipe_entry *e = &r->e[r->n++];
-		memset(e, 0, sizeof(*e));
-		dmar_hash(buf + pos, len, &e->id);
-		e->len = len;
-		e->kind = DMAR_RECIPE_CHUNK;
-		pos += len;
-		off += len;
-		pr->done = off;
-		if (pr->on) {
-			none.seconds = cli_now() - pr->t0;
-			on_progress(pr, &none);
-		}
+		eof = got < cap;
+		ret = dmar_cutter_commit(cut, got);
 	}
-	r->size = off;
-	free(buf);
-	buf = NULL;
+	if (ret == 0)
+		ret = dmar_cutter_finish(cut);
+	dmar_cutter_free(cut);
+	if (ret < 0)
+		goto fail;
 
 	s->at = malloc((r->n ? r->n : 1) * sizeof(*s->at));
-	if (!s->at)
+	if (!s->at || dmar_idset_init(&s->set, r->n) < 0)
 		return -ENOMEM;
 	uint64_t o = 0;
 	for (size_t i = 0; i < r->n; i++) {
-		s->at[i] = (struct chunk_at){ .id = r->e[i].id, .off = o, .len = (uint32_t)r->e[i].len };
+		bool added;
+		int64_t k = dmar_idset_add(&s->set, &r->e[i].id, &added);
+		if (added)
+			s->at[k] = (struct chunk_at){ .off = o, .len = (uint32_t)r->e[i].len };
 		o += r->e[i].len;
 	}
-	/* qsort is not stable: equal ids keep some offset, any one will do */
-	qsort(s->at, r->n, sizeof(*s->at), cmp_at);
-	size_t k = 0;
-	for (size_t i = 0; i < r->n; i++)
-		if (!k || memcmp(&s->at[k - 1].id, &s->at[i].id, sizeof(struct dmar_id)))
-			s->at[k++] = s->at[i];
-	s->n = k;
 	return 0;
 fail:
-	free(buf);
 	dmar_recipe_free(r);
 	memset(r, 0, sizeof(*r));
 	return ret;
@@ -491,6 +471,7 @@ static int cp_push(struct endpoint *s, struct endpoint *d, bool noreplace)
 	dmar_recipe_free(&r);
 out_src:
 	free(src.at);
+	dmar_idset_free(&src.set);
 out_fd:
 	free(name);
 	close(fd);

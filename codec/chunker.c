@@ -137,3 +137,19 @@ size_t dmar_chunker_next(const struct dmar_chunker *c, const uint8_t *buf, size_
 		return end;
 	return eof ? len : 0;
 }
+
+unsigned dmar_chunker_cut(const struct dmar_chunker *c, const uint8_t *buf, size_t len, bool eof, size_t limit,
+			  uint32_t *lens, unsigned max_n, size_t *cut)
+{
+	size_t pos = 0;
+	unsigned n = 0;
+	while (pos < len && pos < limit && n < max_n) {
+		size_t k = dmar_chunker_next(c, buf + pos, len - pos, eof);
+		if (!k)
+			break;
+		lens[n++] = (uint32_t)k;
+		pos += k;
+	}
+	*cut = pos;
+	return n;
+}

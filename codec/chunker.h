@@ -63,4 +63,13 @@ int dmar_chunker_init_log2(struct dmar_chunker *c, unsigned min_log2, unsigned a
  */
 size_t dmar_chunker_next(const struct dmar_chunker *c, const uint8_t *buf, size_t len, bool eof);
 
+/*
+ * Cut successive chunks from buf[0..len): their lengths into lens, at most
+ * max_n of them, stopping once limit bytes or more are cut or where
+ * dmar_chunker_next needs bytes not yet seen.  Returns how many; *cut
+ * gets their total.  The one cutting loop of the encoder and the cutter.
+ */
+unsigned dmar_chunker_cut(const struct dmar_chunker *c, const uint8_t *buf, size_t len, bool eof, size_t limit,
+			  uint32_t *lens, unsigned max_n, size_t *cut);
+
 #endif /* DMAR_CHUNKER_H */

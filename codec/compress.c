@@ -15,7 +15,7 @@
 #include "bytepack.h"
 #include "compress.h"
 
-enum { PROBE_S = 256, PROBE_N = 16, PROBE_LEVEL = -1 };
+enum { PROBE_S = 256, PROBE_N = 16, PROBE_LEVEL = 1 };
 _Static_assert(PROBE_S * PROBE_N == DMAR_COMPRESS_SAMPLED, "samples do not overlap");
 
 bool dmar_compress_probe(ZSTD_CCtx *probe, const void *p, size_t len)

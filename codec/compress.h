@@ -38,13 +38,15 @@ static inline bool dmar_compress_pays(size_t raw, size_t z)
 }
 
 /*
- * Whether len bytes at p look worth compressing: zstd at level -1 on 16
- * samples of 256 bytes spread over them (4 KiB, about 1.2 us) must save
- * 1/16.  Many small samples, so that bytes mixing text and compressed
+ * Whether len bytes at p look worth compressing: zstd at level 1 on 16
+ * samples of 256 bytes spread over them (4 KiB, a few microseconds) must
+ * save 1/16.  Many small samples, so that bytes mixing text and compressed
  * members (a tar of .gz and text files) are not judged by one spot; level
- * -1, where text still shrinks by about 45 %, because on random data the
- * probe is all the work there is.  Bytes too few to sample (under
- * DMAR_COMPRESS_SAMPLED) are simply tried; under DMAR_COMPRESS_MIN, never.  probe is the
+ * 1, not a negative level, because those leave literals unencoded and so
+ * call incompressible what only entropy coding shrinks (bf16 weights,
+ * byte-skewed data: zstd -1 saves about 20 % there).  Bytes too few to
+ * sample (under DMAR_COMPRESS_SAMPLED) are simply tried; under
+ * DMAR_COMPRESS_MIN, never.  probe is the
  * caller's context (one per thread), its parameters set here.
  */
 bool dmar_compress_probe(struct ZSTD_CCtx_s *probe, const void *p, size_t len);

@@ -411,18 +411,12 @@ static int cut_blocks(struct dmar_encoder *e, bool eof)
 		}
 		struct block_job *j = &e->ring[(e->ring_head + e->ring_count) % e->ring_cap];
 		j->err.code = 0;
-		size_t pos = 0;
-		unsigned n = 0;
 		/* The window holds target + max bytes, so below the target
-		 * there is always a whole max-size chunk ahead of pos and the
+		 * there is always a whole max-size chunk ahead of a cut and the
 		 * chunker never needs more data. */
-		while (pos < e->win_len && pos < DMAR_BLOCK_TARGET && n < e->max_chunks) {
-			size_t c = dmar_chunker_next(&e->o.chunker, e->win + pos, e->win_len - pos, eof);
-			if (!c)
-				break;
-			j->lens[n++] = (uint32_t)c;
-			pos += c;
-		}
+		size_t pos;
+		unsigned n = dmar_chunker_cut(&e->o.chunker, e->win, e->win_len, eof, DMAR_BLOCK_TARGET, j->lens,
+					      e->max_chunks, &pos);
 		uint8_t *next = e->spare[--e->nspare];
 		memcpy(next, e->win + pos, e->win_len - pos);
 		j->data = e->win;
@@ -664,14 +658,11 @@ int dmar_encoder_feed_map(struct dmar_encoder *e, const void *buf, size_t len)
 		if (e->ring_count == e->ring_cap && (e->rc = collect_oldest(e)) < 0)
 			return e->rc;
 		struct block_job *j = &e->ring[(e->ring_head + e->ring_count) % e->ring_cap];
-		size_t start = pos;
-		unsigned n = 0;
+		size_t start = pos, cut;
 		/* The whole input is here, so every cut is final (eof). */
-		while (pos < len && pos - start < DMAR_BLOCK_TARGET && n < e->max_chunks) {
-			size_t c = dmar_chunker_next(&e->o.chunker, p + pos, len - pos, true);
-			j->lens[n++] = (uint32_t)c;
-			pos += c;
-		}
+		unsigned n = dmar_chunker_cut(&e->o.chunker, p + pos, len - pos, true, DMAR_BLOCK_TARGET, j->lens,
+					      e->max_chunks, &cut);
+		pos += cut;
 		j->err.code = 0;
 		j->data = NULL;
 		j->src = p + start;

@@ -13,6 +13,7 @@
 #include <zstd.h>
 
 #include "compress.h"
+#include "cutter.h"
 #include "file.h"
 
 enum { EXT_HOLE, EXT_RAW, EXT_CHUNK };
@@ -39,8 +40,6 @@ struct dmar_extent {
 #define HOLE_GRAIN (64u << 10)
 /* Appends reserve this much room at the end of the last RAW extent. */
 #define APPEND_GRAIN (1u << 20)
-/* Encoding copies a run of RAW extents through a window this large. */
-#define ENCODE_WINDOW (4u << 20)
 /* One encode step converts about this many RAW bytes, then swaps them
  * for chunks and frees them before the next step: encoding a file needs
  * room for one step's chunks, not for a second copy of the file. */
@@ -951,20 +950,19 @@ static int store_ref_policy(struct dmar_fsctx *c, const struct dmar_id *id, cons
 	return dmar_store_ref(c->arena, id, enc, len, payload, stored, NULL);
 }
 
-/* Store one chunk and describe it as an extent. */
-static int store_chunk(struct dmar_fsctx *c, const uint8_t *p, uint32_t len, struct dmar_extent *out)
+/* Store chunk id (its len bytes at p) and describe it as an extent. */
+static int store_chunk(struct dmar_fsctx *c, const struct dmar_id *id, const uint8_t *p, uint32_t len,
+		       struct dmar_extent *out)
 {
-	struct dmar_id id;
-	dmar_hash(p, len, &id);
 	struct dmar_chunk_info info;
-	int r = store_ref_policy(c, &id, p, len);
+	int r = store_ref_policy(c, id, p, len);
 	if (r < 0)
 		return r;
-	r = dmar_store_lookup(c->arena, &id, &info);
+	r = dmar_store_lookup(c->arena, id, &info);
 	if (r < 0)
 		return r;
 	*out = (struct dmar_extent){ .len = len, .kind = EXT_CHUNK, .enc = info.enc, .clen = len,
-				     .stored = info.stored_len, .aoff = info.off, .id = id };
+				     .stored = info.stored_len, .aoff = info.off, .id = *id };
 	return 0;
 }
 
@@ -997,6 +995,26 @@ static void plan_free(struct dmar_encode_plan *p, struct dmar_fsctx *c, bool dro
 	free(p);
 }
 
+struct encode_cut {
+	struct dmar_fsctx *c;
+	uint64_t start, cut;
+	struct dmar_extent *out;
+	size_t nout, capout;
+};
+
+/* One chunk of the step: stored, an extent in the plan.  Stops the
+ * cutter once the step has ENCODE_PIECE bytes. */
+static int encode_chunk(void *ctx, const uint8_t *p, uint32_t len, const struct dmar_id *id)
+{
+	struct encode_cut *ec = ctx;
+	int r = grow_extents(&ec->out, &ec->capout, ec->nout + 1);
+	if (r < 0 || (r = store_chunk(ec->c, id, p, len, &ec->out[ec->nout])) < 0)
+		return r;
+	ec->out[ec->nout++].off = ec->start + ec->cut;
+	ec->cut += len;
+	return ec->cut >= ENCODE_PIECE;
+}
+
 /* Cut, hash and store the bytes of the RAW run starting at extent i, up
  * to about ENCODE_PIECE of them; the chunk extents (with their references
  * taken) go to p.  Reads the file only.  A store failure after some chunks
@@ -1005,59 +1023,24 @@ static void plan_free(struct dmar_encode_plan *p, struct dmar_fsctx *c, bool dro
  * no chunk stored it is the step's error. */
 static int encode_step(const struct dmar_file *f, struct dmar_fsctx *c, size_t i, struct dmar_encode_plan *p)
 {
-	uint64_t start = f->ext[i].off, total = 0;
-	size_t j = i;
-	while (j < f->n && f->ext[j].kind == EXT_RAW)
-		total += f->ext[j++].len;
-	size_t wcap = ENCODE_WINDOW + c->chunker.max;
-	uint8_t *win = malloc(wcap);
-	struct dmar_extent *out = NULL;
-	size_t nout = 0, capout = 0;
-	if (!win)
-		return -ENOMEM;
-	size_t wlen = 0, k = i;
-	uint64_t kin = 0, fed = 0, cut = 0;
-	int r = 0;
-	while (cut < total && cut < ENCODE_PIECE && !r) {
-		/* Fill the window from the run. */
-		while (wlen < wcap && k < j) {
-			const struct dmar_extent *e = &f->ext[k];
-			size_t n = e->len - kin < wcap - wlen ? (size_t)(e->len - kin) : wcap - wlen;
-			memcpy(win + wlen, raw_ptr(c, e) + kin, n);
-			wlen += n;
-			kin += n;
-			fed += n;
-			if (kin == e->len) {
-				k++;
-				kin = 0;
-			}
-		}
-		bool eof = fed == total;
-		size_t pos = 0;
-		while (pos < wlen && cut < ENCODE_PIECE) {
-			size_t n = dmar_chunker_next(&c->chunker, win + pos, wlen - pos, eof);
-			if (!n)
-				break;
-			if ((r = grow_extents(&out, &capout, nout + 1)) < 0 ||
-			    (r = store_chunk(c, win + pos, (uint32_t)n, &out[nout])) < 0)
-				break;
-			out[nout].off = start + cut;
-			nout++;
-			pos += n;
-			cut += n;
-		}
-		memmove(win, win + pos, wlen - pos);
-		wlen -= pos;
-	}
-	free(win);
-	if (r < 0 && !nout) {
-		free(out);
+	struct encode_cut ec = { .c = c, .start = f->ext[i].off };
+	struct dmar_cutter *cut;
+	int r = dmar_cutter_new(&cut, &c->chunker, encode_chunk, &ec);
+	if (r < 0)
+		return r;
+	for (size_t k = i; k < f->n && f->ext[k].kind == EXT_RAW && r == 0; k++)
+		r = dmar_cutter_feed(cut, raw_ptr(c, &f->ext[k]), f->ext[k].len);
+	if (r == 0)
+		r = dmar_cutter_finish(cut);
+	dmar_cutter_free(cut);
+	if (r < 0 && !ec.nout) {
+		free(ec.out);
 		return r;
 	}
 	p->i = i;
-	p->end = start + cut;
-	p->out = out;
-	p->nout = nout;
+	p->end = ec.start + ec.cut;
+	p->out = ec.out;
+	p->nout = ec.nout;
 	return 0;
 }
 

@@ -35,6 +35,7 @@
 #include <time.h>
 
 #include "fs_i.h"
+#include "idset.h"
 #include "node.h"
 
 #define INODE_REMOTE 0x524d5445u /* "RMTE" */
@@ -546,11 +547,6 @@ static int sink_put(void *ctx, const struct dmar_wire_chunk *w, const uint8_t *d
 	return r;
 }
 
-static int cmp_id(const void *a, const void *b)
-{
-	return memcmp(a, b, DMAR_HASH_SIZE);
-}
-
 /* Load the peer's file into ri->f: its recipe, then only the chunks the
  * local arena lacks.  ri->lock held exclusively. */
 static int load(struct dmarfs *fs, struct rinode *ri, struct dmar_error *err)
@@ -561,33 +557,29 @@ static int load(struct dmarfs *fs, struct rinode *ri, struct dmar_error *err)
 	if (r < 0)
 		return r;
 	for (int tries = 0; tries < 3; tries++) {
-		struct dmar_id *want = rc.n ? malloc(rc.n * sizeof(*want)) : NULL;
-		size_t nw = 0;
-		if (rc.n && !want) {
+		/* A file repeats chunks (that is what dedup finds): ask once. */
+		struct dmar_idset want;
+		if (dmar_idset_init(&want, rc.n) < 0) {
+			dmar_idset_free(&want);
 			r = -ENOMEM;
 			break;
 		}
 		struct dmar_chunk_info info;
 		for (size_t i = 0; i < rc.n; i++)
 			if (rc.e[i].kind == DMAR_RECIPE_CHUNK && dmar_store_lookup(c->arena, &rc.e[i].id, &info) < 0)
-				want[nw++] = rc.e[i].id;
-		/* A file repeats chunks (that is what dedup finds): ask once. */
-		qsort(want, nw, sizeof(*want), cmp_id);
-		size_t u = 0;
-		for (size_t i = 0; i < nw; i++)
-			if (!u || memcmp(want[u - 1].b, want[i].b, DMAR_HASH_SIZE))
-				want[u++] = want[i];
+				dmar_idset_add(&want, &rc.e[i].id, NULL);
+		size_t u = want.n;
 		struct pulled p = { .c = c };
 		pthread_mutex_init(&p.lock, NULL);
 		struct dmar_chunk_sink sink = { .put = sink_put, .ctx = &p };
-		r = u ? dmar_client_pull(ri->cl, want, u, &sink, NULL, NULL, NULL, err) : 0;
+		r = u ? dmar_client_pull(ri->cl, want.ids, u, &sink, NULL, NULL, NULL, err) : 0;
 		if (!r)
 			r = dmar_file_from_recipe(&ri->f, c, &rc, NULL, NULL);
 		for (size_t i = 0; i < p.n; i++)
 			dmar_store_unref(c->arena, &p.ids[i]);
 		free(p.ids);
 		pthread_mutex_destroy(&p.lock);
-		free(want);
+		dmar_idset_free(&want);
 		if (r != -ENODATA)
 			break; /* -ENODATA: a local chunk went meanwhile; again */
 	}

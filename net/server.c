@@ -932,7 +932,7 @@ static enum MHD_Result h_put_chunks(struct req *q)
 /* GET /v1/chunks/ID */
 static enum MHD_Result h_get_chunk(struct req *q)
 {
-	struct dmar_wire_chunk c;
+	struct dmar_wire_chunk c = { 0 };
 	uint8_t *buf = NULL;
 	int r = q->s->ops->get_chunk(q->s->ctx, &q->id, &c, &buf, &q->err);
 	if (r < 0)
@@ -1030,7 +1030,7 @@ static bool fetch_next(struct fetch *f, bool *failed)
 		return false;
 	free(f->chunk);
 	f->chunk = NULL;
-	struct dmar_wire_chunk c;
+	struct dmar_wire_chunk c = { 0 };
 	struct dmar_error err = { 0 };
 	const struct dmar_id *id = (const struct dmar_id *)(f->ids + DMAR_HASH_SIZE * f->next++);
 	if (f->s->ops->get_chunk(f->s->ctx, id, &c, &f->chunk, &err) < 0) {

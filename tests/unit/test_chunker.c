@@ -20,7 +20,9 @@
 #include "prng.h"
 
 #include "chunker.h"
+#include "cutter.h"
 #include "format.h"
+#include "hash.h"
 
 /* --- helpers ------------------------------------------------------------ */
 
@@ -625,6 +627,118 @@ static void test_init_log2(void **state)
 	assert_memory_equal(&a, &before, sizeof(a));
 }
 
+/* What the cutter hands over, checked as it comes. */
+struct seen {
+	const uint8_t *buf; /* the whole input */
+	size_t pos;         /* where the next chunk must start */
+	struct cuts cuts;
+	size_t stop_after;  /* fn returns 1 at this chunk (0: never) */
+	int fail_at;        /* fn returns -ENOSPC at this chunk (0: never) */
+};
+
+static int seen_chunk(void *ctx, const uint8_t *p, uint32_t len, const struct dmar_id *id)
+{
+	struct seen *s = ctx;
+	struct dmar_id want;
+	assert_memory_equal(p, s->buf + s->pos, len); /* the bytes, in order */
+	dmar_hash(p, len, &want);
+	assert_memory_equal(id->b, want.b, DMAR_HASH_SIZE);
+	s->pos += len;
+	cuts_push(&s->cuts, len);
+	if (s->fail_at && (int)s->cuts.n == s->fail_at)
+		return -ENOSPC;
+	return s->stop_after && s->cuts.n == s->stop_after;
+}
+
+/* Fed in pieces of random sizes (by space/commit or feed), the cutter
+ * cuts exactly as the chunker does over the whole input, and hands every
+ * chunk over once, in order, with its SHA-256. */
+static void check_cutter(const struct dmar_chunker *ck, const uint8_t *buf, size_t len, uint64_t seed,
+			 size_t max_piece, bool by_space)
+{
+	struct cuts whole = { 0 };
+	struct seen s = { .buf = buf };
+	struct dmar_cutter *c;
+	uint64_t x = seed;
+	cut_whole(ck, buf, len, &whole);
+	assert_int_equal(dmar_cutter_new(&c, ck, seen_chunk, &s), 0);
+	for (size_t off = 0; off < len;) {
+		size_t piece = 1 + (size_t)(xorshift64(&x) % max_piece);
+		if (piece > len - off)
+			piece = len - off;
+		if (by_space) {
+			uint8_t *dst;
+			size_t cap;
+			dmar_cutter_space(c, &dst, &cap);
+			assert_true(cap >= 1);
+			if (piece > cap)
+				piece = cap;
+			memcpy(dst, buf + off, piece);
+			assert_int_equal(dmar_cutter_commit(c, piece), 0);
+		} else {
+			assert_int_equal(dmar_cutter_feed(c, buf + off, piece), 0);
+		}
+		off += piece;
+	}
+	assert_int_equal(dmar_cutter_finish(c), 0);
+	dmar_cutter_free(c);
+	assert_int_equal(s.pos, len);
+	assert_int_equal(s.cuts.n, whole.n);
+	assert_memory_equal(s.cuts.len, whole.len, whole.n * sizeof(*whole.len));
+	cuts_free(&whole);
+	cuts_free(&s.cuts);
+}
+
+static void test_cutter_matches_chunker(void **state)
+{
+	struct dmar_chunker ck;
+	const size_t len = 12u << 20; /* three windows and more */
+	uint8_t *buf = random_buf(len, 4242);
+
+	init_ok(&ck, DMAR_CHUNK_MIN_DEFAULT, DMAR_CHUNK_AVG_DEFAULT, DMAR_CHUNK_MAX_DEFAULT);
+	check_cutter(&ck, buf, len, 1, 1u << 20, true);
+	check_cutter(&ck, buf, len, 2, 5u << 20, false);
+	check_cutter(&ck, buf, 100, 3, 7, false); /* one short chunk */
+	check_cutter(&ck, buf, 0, 4, 7, false);   /* nothing at all */
+	init_ok(&ck, 256, 1024, 4096);
+	check_cutter(&ck, buf, 1u << 20, 5, 4099, true);
+	/* Zeros: every cut is the max clamp, across window refills. */
+	memset(buf, 0, len);
+	init_ok(&ck, DMAR_CHUNK_MIN_DEFAULT, DMAR_CHUNK_AVG_DEFAULT, DMAR_CHUNK_MAX_DEFAULT);
+	check_cutter(&ck, buf, len, 6, 3u << 20, false);
+	free(buf);
+}
+
+/* fn's stop and its error end the cutting at that chunk, and stay. */
+static void test_cutter_stop_and_error(void **state)
+{
+	struct dmar_chunker ck;
+	const size_t len = 8u << 20;
+	uint8_t *buf = random_buf(len, 99);
+	init_ok(&ck, DMAR_CHUNK_MIN_DEFAULT, DMAR_CHUNK_AVG_DEFAULT, DMAR_CHUNK_MAX_DEFAULT);
+
+	struct seen s = { .buf = buf, .stop_after = 5 };
+	struct dmar_cutter *c;
+	assert_int_equal(dmar_cutter_new(&c, &ck, seen_chunk, &s), 0);
+	assert_int_equal(dmar_cutter_feed(c, buf, len), 1);
+	assert_int_equal(dmar_cutter_feed(c, buf, 1), 1);
+	assert_int_equal(dmar_cutter_finish(c), 1);
+	assert_int_equal(s.cuts.n, 5);
+	dmar_cutter_free(c);
+	cuts_free(&s.cuts);
+
+	s = (struct seen){ .buf = buf, .fail_at = 3 };
+	assert_int_equal(dmar_cutter_new(&c, &ck, seen_chunk, &s), 0);
+	assert_int_equal(dmar_cutter_feed(c, buf, 1u << 20), 0); /* under a window: nothing cut yet */
+	assert_int_equal(s.cuts.n, 0);
+	assert_int_equal(dmar_cutter_finish(c), -ENOSPC);
+	assert_int_equal(s.cuts.n, 3);
+	assert_int_equal(dmar_cutter_finish(c), -ENOSPC);
+	dmar_cutter_free(c);
+	cuts_free(&s.cuts);
+	free(buf);
+}
+
 /* An optional argument runs only the tests matching it (a glob). */
 int main(int argc, char **argv)
 {
@@ -646,6 +760,8 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_streaming_pieces),
 		cmocka_unit_test(test_zeros_cut_at_max),
 		cmocka_unit_test(test_repeats_periodic),
+		cmocka_unit_test(test_cutter_matches_chunker),
+		cmocka_unit_test(test_cutter_stop_and_error),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
