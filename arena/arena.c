@@ -20,8 +20,8 @@
 #include <unistd.h>
 
 #include "arena_i.h"
-#include "crc32c.h"
 #include "rundir.h"
+#include "codec/crc32c.h"
 
 static uint32_t head_crc(const struct dmar_sb *sb)
 {

@@ -50,8 +50,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "error.h"
-#include "hash.h"
+#include "codec/error.h"
+#include "codec/hash.h"
 
 enum dmar_backing {
 	DMAR_BACKING_HUGETLB = 1,

@@ -30,8 +30,8 @@
 #include <string.h>
 
 #include "arena_i.h"
-#include "crc32c.h"
 #include "journal.h"
+#include "codec/crc32c.h"
 
 #define SEG_MAGIC "DMARSEG"
 #define SEG_HDR 32

@@ -32,7 +32,7 @@
 #include <sys/uio.h>
 
 #include "arena.h"
-#include "error.h"
+#include "codec/error.h"
 
 struct dmar_journal;
 

@@ -31,7 +31,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "error.h"
+#include "codec/error.h"
 
 /* The directory for arenas of hugetlb pages of size ps (ps > 4096) or, with
  * ps 0, of shmem pages; made (and mounted, for root) when create is set.

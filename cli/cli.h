@@ -10,9 +10,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "bytepack.h"
-#include "encoder.h"
-#include "error.h"
+#include "codec/bytepack.h"
+#include "codec/encoder.h"
+#include "codec/error.h"
 
 extern const char *cli_cmd;   /* "pack", "unpack", ... for messages */
 extern int cli_verbosity;     /* 0 quiet, 1 normal, 2 verbose */

@@ -33,14 +33,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "chunker.h"
 #include "cli.h"
-#include "client.h"
-#include "cutter.h"
-#include "hash.h"
-#include "idset.h"
-#include "peers.h"
-#include "wire.h"
+#include "codec/chunker.h"
+#include "codec/cutter.h"
+#include "codec/hash.h"
+#include "codec/idset.h"
+#include "net/client.h"
+#include "net/peers.h"
+#include "net/wire.h"
 
 static const char cp_help[] =
 	"Usage: dmar cp [OPTIONS] SRC DST\n"

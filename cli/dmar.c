@@ -19,13 +19,13 @@
 
 #include <zstd.h>
 
-#include "bytepack.h"
-#include "chunker.h"
 #include "cli.h"
-#include "decoder.h"
-#include "encoder.h"
-#include "format.h"
-#include "refset.h"
+#include "codec/bytepack.h"
+#include "codec/chunker.h"
+#include "codec/decoder.h"
+#include "codec/encoder.h"
+#include "codec/format.h"
+#include "codec/refset.h"
 
 #define EXIT_USAGE 2
 #define MAX_REFS 64

@@ -22,10 +22,10 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "client.h"
-#include "peers.h"
-#include "wire.h"
-#include "ws.h"
+#include "net/client.h"
+#include "net/peers.h"
+#include "net/wire.h"
+#include "net/ws.h"
 
 /* ---- what the remote commands share --------------------------------------- */
 

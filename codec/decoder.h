@@ -25,8 +25,8 @@
 
 #include "bytepack.h"
 #include "encoder.h"
-#include "format.h"
 #include "error.h"
+#include "format.h"
 #include "hash.h"
 #include "refset.h"
 

@@ -12,8 +12,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "format.h"
 #include "encoder.h"
+#include "format.h"
 #include "refset.h"
 
 /* Every chunk of every base, in file order: runs of absent chunks are

@@ -25,9 +25,9 @@
 
 #include "admin.h"
 #include "check.h"
-#include "journal.h"
 #include "ns.h"
 #include "persist.h"
+#include "arena/journal.h"
 
 static const char *backing_name(enum dmar_backing b)
 {

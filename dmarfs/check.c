@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "journal.h"
+#include "arena/journal.h"
 
 struct chk {
 	struct dmarfs *fs;

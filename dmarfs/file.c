@@ -12,9 +12,9 @@
 #define ZSTD_STATIC_LINKING_ONLY
 #include <zstd.h>
 
-#include "compress.h"
-#include "cutter.h"
 #include "file.h"
+#include "codec/compress.h"
+#include "codec/cutter.h"
 
 enum { EXT_HOLE, EXT_RAW, EXT_CHUNK };
 

@@ -25,11 +25,11 @@
 #include <stdint.h>
 #include <sys/uio.h>
 
-#include "arena.h"
-#include "bytepack.h"
-#include "chunker.h"
-#include "hash.h"
-#include "wire.h"
+#include "arena/arena.h"
+#include "codec/bytepack.h"
+#include "codec/chunker.h"
+#include "codec/hash.h"
+#include "net/wire.h"
 
 enum dmar_encode_mode {
 	DMAR_ENCODE_NONE = 0,  /* keep RAW extents, never chunk */

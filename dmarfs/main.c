@@ -23,10 +23,10 @@ extern char **environ;
 
 #include "admin.h"
 #include "fs.h"
-#include "journal.h"
 #include "node.h"
 #include "options.h"
 #include "persist.h"
+#include "arena/journal.h"
 
 static int add_arg(struct fuse_args *args, const char *fmt, const char *val)
 {

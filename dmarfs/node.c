@@ -22,8 +22,8 @@
 
 #include "fs_i.h"
 #include "node.h"
-#include "peers.h"
-#include "server.h"
+#include "net/peers.h"
+#include "net/server.h"
 
 /* How long an uploaded chunk waits for the commit that uses it
  * (DMARFS_STAGE_SECONDS overrides it: the tests' expiry). */

@@ -16,10 +16,10 @@
 
 #include <stdbool.h>
 
-#include "client.h"
-#include "error.h"
 #include "file.h"
-#include "wire.h"
+#include "codec/error.h"
+#include "net/client.h"
+#include "net/wire.h"
 
 struct dmarfs;
 

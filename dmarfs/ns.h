@@ -30,8 +30,8 @@
 #include <time.h>
 
 #include "dir.h"
-#include "error.h"
 #include "file.h"
+#include "codec/error.h"
 
 struct dmar_journal;
 struct fuse_session;

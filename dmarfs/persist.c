@@ -39,8 +39,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "journal.h"
 #include "persist.h"
+#include "arena/journal.h"
 
 #if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the journal's records are little-endian"

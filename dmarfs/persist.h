@@ -35,8 +35,8 @@
 
 #include <stdbool.h>
 
-#include "error.h"
 #include "ns.h"
+#include "codec/error.h"
 
 /* Namespace records, ns held.  0, -ENOSPC (no room in the arena for the
  * record: the caller undoes its change), -ENOMEM.  A removal may use the

@@ -35,8 +35,8 @@
 #include <time.h>
 
 #include "fs_i.h"
-#include "idset.h"
 #include "node.h"
+#include "codec/idset.h"
 
 #define INODE_REMOTE 0x524d5445u /* "RMTE" */
 /* Remote attributes are the peer's: trust them briefly. */

@@ -24,9 +24,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "error.h"
-#include "hash.h"
 #include "wire.h"
+#include "codec/error.h"
+#include "codec/hash.h"
 
 struct dmar_client_opts {
 	const char *name;   /* the peer's name, for messages ("peer b"); may be NULL */

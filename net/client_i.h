@@ -28,9 +28,9 @@
 #include <zstd.h>
 
 #include "client.h"
-#include "idset.h"
-#include "compress.h"
 #include "libcurl.h"
+#include "codec/compress.h"
+#include "codec/idset.h"
 
 /* A query body is 32 bytes an id and the peer reads at most 64 MiB a body;
  * half that leaves room for a peer that counts its limit differently. */

@@ -10,8 +10,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "dl.h"
 #include "libcurl.h"
+#include "codec/dl.h"
 
 struct dmar_libcurl dmar_libcurl;
 

@@ -19,7 +19,7 @@
 
 #include <curl/curl.h>
 
-#include "error.h"
+#include "codec/error.h"
 
 /* The sonames of libcurl's ABI since 7.16 (2006), tried in turn: the
  * OpenSSL build (Debian's libcurl4), then the GnuTLS one (libcurl3-gnutls). */

@@ -35,7 +35,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "error.h"
+#include "codec/error.h"
 
 #define DMAR_PEERS_MAX 1024
 #define DMAR_PEERS_LINE_MAX 1024

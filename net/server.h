@@ -25,9 +25,9 @@
 #include <stdint.h>
 
 #include "admit.h"
-#include "error.h"
-#include "hash.h"
 #include "wire.h"
+#include "codec/error.h"
+#include "codec/hash.h"
 
 #define DMAR_SERVER_PORT_DEFAULT 7420
 #define DMAR_SERVER_BODY_MAX_DEFAULT (64u << 20)

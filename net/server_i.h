@@ -40,9 +40,9 @@
 #include <zstd.h>
 
 #include "admit.h"
-#include "compress.h"
 #include "server.h"
 #include "ws.h"
+#include "codec/compress.h"
 
 /* Connections at once, each on its own thread (mostly asleep: an idle
  * one costs a stack's virtual memory, not CPU), and a per-address share.

@@ -16,8 +16,8 @@
 #define ZSTD_STATIC_LINKING_ONLY /* ZSTD_d_format: magicless frames */
 #include <zstd.h>
 
-#include "format.h"
 #include "wire.h"
+#include "codec/format.h"
 
 /* ---- chunk batches ---------------------------------------------------- */
 

@@ -41,9 +41,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "error.h"
-#include "hash.h"
-#include "recipe.h"
+#include "codec/error.h"
+#include "codec/hash.h"
+#include "codec/recipe.h"
 
 #define DMAR_BATCH_MAGIC "DMCB"
 #define DMAR_BATCH_VERSION 1

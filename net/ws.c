@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "libcrypto.h"
 #include "ws.h"
+#include "codec/libcrypto.h"
 
 /* ---- handshake ---------------------------------------------------------- */
 

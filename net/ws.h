@@ -25,7 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "error.h"
+#include "codec/error.h"
 
 #define DMAR_WS_GUID "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 #define DMAR_WS_KEY_SIZE 24    /* base64 of 16 random bytes */

@@ -28,8 +28,8 @@
 #define ZSTD_STATIC_LINKING_ONLY
 #include <zstd.h>
 
-#include "format.h"
-#include "wire.h"
+#include "codec/format.h"
+#include "net/wire.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

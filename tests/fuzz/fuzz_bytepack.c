@@ -16,11 +16,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bytepack.h"
-#include "decoder.h"
-#include "encoder.h"
-#include "format.h"
-#include "hash.h"
+#include "codec/bytepack.h"
+#include "codec/decoder.h"
+#include "codec/encoder.h"
+#include "codec/format.h"
+#include "codec/hash.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

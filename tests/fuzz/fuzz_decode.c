@@ -23,10 +23,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bytepack.h"
-#include "chunker.h"
-#include "decoder.h"
-#include "refset.h"
+#include "codec/bytepack.h"
+#include "codec/chunker.h"
+#include "codec/decoder.h"
+#include "codec/refset.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

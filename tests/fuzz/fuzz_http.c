@@ -25,8 +25,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "hash.h"
-#include "server.h"
+#include "codec/hash.h"
+#include "net/server.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

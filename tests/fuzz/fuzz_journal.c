@@ -26,10 +26,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "check.h"
-#include "journal.h"
-#include "ns.h"
-#include "persist.h"
+#include "arena/journal.h"
+#include "dmarfs/check.h"
+#include "dmarfs/ns.h"
+#include "dmarfs/persist.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

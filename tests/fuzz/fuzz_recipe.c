@@ -22,7 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "recipe.h"
+#include "codec/recipe.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

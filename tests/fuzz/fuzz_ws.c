@@ -19,8 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "hash.h"
-#include "ws.h"
+#include "codec/hash.h"
+#include "net/ws.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

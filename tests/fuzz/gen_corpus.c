@@ -25,10 +25,10 @@
 #define ZSTD_STATIC_LINKING_ONLY /* ZSTD_c_format: magicless frames */
 #include <zstd.h>
 
-#include "encoder.h"
-#include "format.h"
-#include "peers.h"
-#include "wire.h"
+#include "codec/encoder.h"
+#include "codec/format.h"
+#include "net/peers.h"
+#include "net/wire.h"
 
 static const char *outdir;
 static unsigned nfiles;

@@ -24,7 +24,7 @@
 
 #include <cmocka.h>
 
-#include "admit.h"
+#include "net/admit.h"
 
 struct tconn {
 	int server, client; /* the pair: the admission shuts down server */

@@ -26,10 +26,10 @@
 
 #include "prng.h"
 
-#include "alloc.h"
-#include "arena.h"
-#include "hash.h"
-#include "journal.h"
+#include "arena/alloc.h"
+#include "arena/arena.h"
+#include "arena/journal.h"
+#include "codec/hash.h"
 
 #define KiB (1ull << 10)
 #define MiB (1ull << 20)

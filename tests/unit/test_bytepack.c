@@ -23,9 +23,9 @@
 #include "prng.h"
 #include <zstd.h>
 
-#include "bytepack.h"
-#include "format.h"
-#include "hash.h"
+#include "codec/bytepack.h"
+#include "codec/format.h"
+#include "codec/hash.h"
 
 #define NSAMPLES 2000
 #define DICT_CAP (16u << 10)

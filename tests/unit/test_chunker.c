@@ -19,10 +19,10 @@
 
 #include "prng.h"
 
-#include "chunker.h"
-#include "cutter.h"
-#include "format.h"
-#include "hash.h"
+#include "codec/chunker.h"
+#include "codec/cutter.h"
+#include "codec/format.h"
+#include "codec/hash.h"
 
 /* --- helpers ------------------------------------------------------------ */
 
@@ -509,7 +509,7 @@ static void expect_reject(uint32_t min, uint32_t avg, uint32_t max)
 /* The cut rule one byte at a time, as docs/format.md states it: the
  * chunker's eight-bytes-a-step loop must cut exactly here. */
 static const uint64_t ref_gear[256] = {
-#include "gear_table.inc"
+#include "codec/gear_table.inc"
 };
 
 static size_t ref_next(const struct dmar_chunker *c, const uint8_t *buf, size_t len)

@@ -42,9 +42,9 @@
 
 #include "prng.h"
 
-#include "client.h"
-#include "hash.h"
-#include "wire.h"
+#include "codec/hash.h"
+#include "net/client.h"
+#include "net/wire.h"
 
 /* ---- a chunk table, shared by the fake and the test's source ----------- */
 

@@ -28,15 +28,15 @@
 #define ZSTD_STATIC_LINKING_ONLY
 #include <zstd.h>
 
-#include "block.h"
-#include "bytepack.h"
-#include "chunker.h"
-#include "dl.h"
-#include "decoder.h"
-#include "encoder.h"
-#include "format.h"
-#include "hash.h"
-#include "refset.h"
+#include "codec/block.h"
+#include "codec/bytepack.h"
+#include "codec/chunker.h"
+#include "codec/decoder.h"
+#include "codec/dl.h"
+#include "codec/encoder.h"
+#include "codec/format.h"
+#include "codec/hash.h"
+#include "codec/refset.h"
 
 /* --- data --------------------------------------------------------------- */
 

@@ -20,9 +20,9 @@
 
 #include "prng.h"
 
-#include "compress.h"
-#include "hash.h"
-#include "idset.h"
+#include "codec/compress.h"
+#include "codec/hash.h"
+#include "codec/idset.h"
 
 /* Bytes that only entropy coding shrinks: each byte one of 3 letters,
  * no repeats for a match finder (bf16 weights behave like this). */

@@ -27,9 +27,9 @@
 
 #include "prng.h"
 
-#include "crc32c.h"
-#include "hash.h"
-#include "sha256.h"
+#include "codec/crc32c.h"
+#include "codec/hash.h"
+#include "codec/sha256.h"
 
 static void assert_id_hex(const struct dmar_id *id, const char *want)
 {

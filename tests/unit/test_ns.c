@@ -29,11 +29,11 @@
 
 #include <cmocka.h>
 
-#include "check.h"
-#include "journal.h"
-#include "ns.h"
-#include "persist.h"
 #include "prng.h"
+#include "arena/journal.h"
+#include "dmarfs/check.h"
+#include "dmarfs/ns.h"
+#include "dmarfs/persist.h"
 
 #define ARENA_SIZE (64u << 20)
 

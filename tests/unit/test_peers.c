@@ -18,7 +18,7 @@
 
 #include <cmocka.h>
 
-#include "peers.h"
+#include "net/peers.h"
 
 #define assert_msg(err, s)                                                           \
 	do {                                                                         \

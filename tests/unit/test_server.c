@@ -30,10 +30,10 @@
 
 #include "prng.h"
 
-#include "hash.h"
-#include "server.h"
-#include "wire.h"
-#include "ws.h"
+#include "codec/hash.h"
+#include "net/server.h"
+#include "net/wire.h"
+#include "net/ws.h"
 
 /* ---- the fake node ------------------------------------------------------------ */
 

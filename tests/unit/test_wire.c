@@ -23,8 +23,8 @@
 
 #include "prng.h"
 
-#include "format.h"
-#include "wire.h"
+#include "codec/format.h"
+#include "net/wire.h"
 
 #define assert_msg_contains(err, s)                                                  \
 	do {                                                                         \

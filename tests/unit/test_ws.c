@@ -17,7 +17,7 @@
 
 #include "prng.h"
 
-#include "ws.h"
+#include "net/ws.h"
 
 static void test_accept_key(void **state)
 {
