@@ -27,6 +27,7 @@
 
 #include "dir.h"
 #include "fs_i.h"
+#include "idle.h"
 #include "persist.h"
 
 static struct dmarfs *FS(fuse_req_t req)
@@ -136,132 +137,6 @@ static int requests_line(char *out, size_t cap)
 		n += (size_t)snprintf(out + (n < cap ? n : cap), n < cap ? cap - n : 0, "%s=%" PRIu64 " ", op_names[k], v);
 	}
 	return (int)(n + (size_t)snprintf(out + (n < cap ? n : cap), n < cap ? cap - n : 0, "total=%" PRIu64, total));
-}
-
-/* ---- the idle encoder ---------------------------------------------------- */
-
-static uint64_t mono_seconds(void);
-
-/* Seconds without writes after which a file still open is encoded. */
-#define IDLE_SECONDS 5
-/* How often the idle thread also sees whether the journal wants a
- * checkpoint. */
-#define CKPT_SECONDS 2
-
-/* Take the files of the idle list that have had no write for
- * IDLE_SECONDS off it, into *due (grown as needed); how many.  ns held.
- * One pass: every file written in the last seconds is on the list (a git
- * clone puts thousands there), and a walk from the head for each file
- * encoded held the namespace lock for most of a clone. */
-static size_t idle_take(struct dmarfs *fs, uint64_t now_s, struct inode ***due, size_t *cap)
-{
-	size_t n = 0;
-	for (struct inode **p = &fs->idle_head; *p;) {
-		struct inode *i = *p;
-		if (now_s - __atomic_load_n(&i->last_write, __ATOMIC_RELAXED) < IDLE_SECONDS) {
-			p = &i->idle_next;
-			continue;
-		}
-		if (n == *cap) {
-			size_t c = *cap ? 2 * *cap : 256;
-			struct inode **d = realloc(*due, c * sizeof(*d));
-			if (!d)
-				break; /* the rest at the next tick */
-			*due = d;
-			*cap = c;
-		}
-		*p = i->idle_next;
-		i->idle_next = NULL;
-		i->queued = false; /* a write from now on queues it again */
-		(*due)[n++] = i;
-	}
-	return n;
-}
-
-static void *idle_main(void *arg)
-{
-	struct dmarfs *fs = arg;
-	uint64_t next_ckpt = mono_seconds() + CKPT_SECONDS;
-	struct inode **due = NULL;
-	size_t cap = 0;
-	pthread_mutex_lock(&fs->ns);
-	while (!fs->idle_stop) {
-		struct timespec until;
-		clock_gettime(CLOCK_REALTIME, &until);
-		until.tv_sec += 1;
-		pthread_cond_timedwait(&fs->idle_cond, &fs->ns, &until);
-		uint64_t now_s = mono_seconds();
-		size_t n = fs->idle_stop ? 0 : idle_take(fs, now_s, &due, &cap);
-		for (size_t k = 0; k < n; k++) {
-			struct inode *i = due[k];
-			bool live = !fs->idle_stop && i->nlink > 0 && S_ISREG(i->mode);
-			pthread_mutex_unlock(&fs->ns);
-			/* A write meanwhile queues the file again; one during
-			 * the encode makes its plan stale, and it waits.  The
-			 * sync makes "5 s without writes" a durable state. */
-			if (live) {
-				ns_encode(fs, i, &fs->cfg.ctx, 1);
-				(void)persist_sync(fs, i);
-			}
-			pthread_mutex_lock(&fs->ns);
-			ns_forget_locked(fs, i, 1); /* the list's reference */
-		}
-		if (!fs->idle_stop) {
-			pthread_mutex_unlock(&fs->ns);
-			ns_tick(fs);
-			pthread_mutex_lock(&fs->ns);
-		}
-		if (now_s >= next_ckpt && !fs->idle_stop) {
-			next_ckpt = now_s + CKPT_SECONDS;
-			pthread_mutex_unlock(&fs->ns);
-			int r = persist_checkpoint(fs, false);
-			if (r < 0)
-				fprintf(stderr, "dmarfs: checkpoint of the journal: %s (tried again later)\n",
-					strerror(-r));
-			pthread_mutex_lock(&fs->ns);
-		}
-	}
-	pthread_mutex_unlock(&fs->ns);
-	free(due);
-	return NULL;
-}
-
-/* Threads start here, not before: the daemon forks after mounting.  Files
- * an attached arena holds raw (an encode the daemon did not finish) go on
- * the list, to be encoded as if just written. */
-static void idle_start(struct dmarfs *fs)
-{
-	pthread_mutex_lock(&fs->ns);
-	fs->idle_running = pthread_create(&fs->idle_thread, NULL, idle_main, fs) == 0;
-	for (struct inode *i = fs->all; fs->idle_running && i; i = i->all_next) {
-		if (!S_ISREG(i->mode) || !i->f.dirty || i->queued || !i->nlink)
-			continue;
-		i->queued = true;
-		i->nlookup++;
-		i->idle_next = fs->idle_head;
-		fs->idle_head = i;
-	}
-	pthread_mutex_unlock(&fs->ns);
-}
-
-static void idle_stop(struct dmarfs *fs)
-{
-	pthread_mutex_lock(&fs->ns);
-	bool running = fs->idle_running;
-	fs->idle_stop = true;
-	fs->idle_running = false;
-	pthread_cond_broadcast(&fs->idle_cond);
-	pthread_mutex_unlock(&fs->ns);
-	if (running)
-		pthread_join(fs->idle_thread, NULL);
-	pthread_mutex_lock(&fs->ns);
-	while (fs->idle_head) {
-		struct inode *i = fs->idle_head;
-		fs->idle_head = i->idle_next;
-		i->queued = false;
-		ns_forget_locked(fs, i, 1);
-	}
-	pthread_mutex_unlock(&fs->ns);
 }
 
 static void op_destroy(void *userdata)
@@ -635,30 +510,6 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, stru
 	pthread_rwlock_unlock(&i->lock);
 }
 
-static uint64_t mono_seconds(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (uint64_t)t.tv_sec;
-}
-
-/* A written file goes on the idle list (once), so that one held open and
- * no longer written to is encoded too, not only at close or fsync. */
-static void queue_idle(struct dmarfs *fs, struct inode *i)
-{
-	__atomic_store_n(&i->last_write, mono_seconds(), __ATOMIC_RELAXED);
-	if (__atomic_load_n(&i->queued, __ATOMIC_RELAXED))
-		return;
-	pthread_mutex_lock(&fs->ns);
-	if (!i->queued && fs->idle_running) {
-		i->queued = true;
-		i->nlookup++;
-		i->idle_next = fs->idle_head;
-		fs->idle_head = i;
-	}
-	pthread_mutex_unlock(&fs->ns);
-}
-
 /* Bytes of a write request, copied piece by piece into the arena: with
  * splice the request's data sits in a pipe and goes to arena memory in one
  * copy, without passing through a libfuse buffer first. */
@@ -696,7 +547,7 @@ static void do_write(fuse_req_t req, fuse_ino_t ino, off_t off, size_t size, str
 		fuse_reply_err(req, -r);
 		return;
 	}
-	queue_idle(fs, i); /* before the reply: after it, i may be forgotten */
+	idle_note_write(fs, i, idle_now()); /* before the reply: after it, i may be forgotten */
 	fuse_reply_write(req, size);
 }
 
@@ -797,6 +648,25 @@ static bool add_dirent(fuse_req_t req, char *buf, size_t size, size_t *used, con
 	return true;
 }
 
+bool fs_list_dir(fuse_req_t req, struct inode *d, char *buf, size_t size, size_t *used, off_t off)
+{
+	struct dmarfs *fs = FS(req);
+	/* Offsets are entry cookies: an entry added or removed during a
+	 * listing neither repeats nor hides the others.  The root's @PEER
+	 * directories come last, with cookies from FS_PEER_COOKIE up. */
+	if (off < 1 && !add_dirent(req, buf, size, used, ".", d, 1))
+		return false;
+	if (off < 2 && !add_dirent(req, buf, size, used, "..", d == fs->root ? d : d->parent, 2))
+		return false;
+	if ((uint64_t)off >= FS_PEER_COOKIE)
+		return true;
+	size_t pos = dmar_dir_seek(&d->dir, off < 2 ? 2 : (uint64_t)off);
+	for (struct dmar_dirent *e; (e = dmar_dir_next(&d->dir, &pos));)
+		if (!add_dirent(req, buf, size, used, e->name, ENTRY_INO(e), (off_t)e->cookie))
+			return false;
+	return true;
+}
+
 static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
 {
 	count_req(FSOP_READDIR);
@@ -810,22 +680,7 @@ static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, s
 	}
 	size_t used = 0;
 	pthread_mutex_lock(&fs->ns);
-	/* Offsets are entry cookies: an entry added or removed during a
-	 * listing neither repeats nor hides the others.  The root lists the
-	 * @PEER directories last, with cookies from FS_PEER_COOKIE up. */
-	if (off < 1 && !add_dirent(req, buf, size, &used, ".", d, 1))
-		goto full;
-	if (off < 2 && !add_dirent(req, buf, size, &used, "..", d == fs->root ? d : d->parent, 2))
-		goto full;
-	if ((uint64_t)off < FS_PEER_COOKIE) {
-		size_t pos = dmar_dir_seek(&d->dir, off < 2 ? 2 : (uint64_t)off);
-		for (struct dmar_dirent *e; (e = dmar_dir_next(&d->dir, &pos));)
-			if (!add_dirent(req, buf, size, &used, e->name, ENTRY_INO(e), (off_t)e->cookie))
-				goto full;
-	}
-	if (d == fs->root && fs->remote)
-		dmarfs_remote_root_entries(fs, req, buf, size, &used, (uint64_t)off);
-full:
+	fs_list_dir(req, d, buf, size, &used, off);
 	pthread_mutex_unlock(&fs->ns);
 	fuse_reply_buf(req, buf, used);
 	free(buf);
@@ -982,10 +837,4 @@ void dmarfs_set_session(struct dmarfs *fs, struct fuse_session *se)
 void dmarfs_set_node(struct dmarfs *fs, struct dmarfs_node *node)
 {
 	fs->node = node;
-}
-
-void dmarfs_stop(struct dmarfs *fs)
-{
-	idle_stop(fs);
-	dmarfs_remote_free(fs);
 }

@@ -40,12 +40,10 @@ const struct fuse_lowlevel_ops *fs_local_ops(void);
 
 /* Readdir cookies of the root's @PEER entries start here. */
 #define FS_PEER_COOKIE (1ull << 62)
-/* This host changed something at a peer (a ship, mkdir, remove): the
- * directory listings the remote paths keep no longer hold. */
-void dmarfs_remote_changed(struct dmarfs *fs);
-/* remote.c: append the @PEER entries with cookies above off to a readdir
- * reply of the root (ns held). */
-void dmarfs_remote_root_entries(struct dmarfs *fs, fuse_req_t req, char *buf, size_t size, size_t *used,
-				uint64_t off);
+/* Fill buf (size bytes, *used of them taken) with d's entries from
+ * cookie off on, "." and ".." first; false when buf is full.  fs->ns
+ * held: remote.c lists the root's @PEER entries after these in the same
+ * hold. */
+bool fs_list_dir(fuse_req_t req, struct inode *d, char *buf, size_t size, size_t *used, off_t off);
 
 #endif /* DMARFS_FS_I_H */

@@ -32,12 +32,7 @@
 static uint64_t stage_seconds(void)
 {
 	static uint64_t v;
-	if (!__atomic_load_n(&v, __ATOMIC_RELAXED)) {
-		const char *e = getenv("DMARFS_STAGE_SECONDS");
-		uint64_t x = e && *e ? strtoull(e, NULL, 10) : 0;
-		__atomic_store_n(&v, x ? x : STAGE_SECONDS, __ATOMIC_RELAXED);
-	}
-	return v;
+	return ns_env_knob("DMARFS_STAGE_SECONDS", STAGE_SECONDS, &v);
 }
 /* When the arena is full, staged chunks older than this are dropped to
  * make room: an upload that failed (its sender got ENOSPC and gave up)
@@ -959,7 +954,6 @@ int dmarfs_node_ship(struct dmarfs_node *n, const char *to, const char *src, con
 	}
 	struct dmar_chunk_source cs = { .get = src_get, .put = src_put, .ctx = n };
 	int rc = dmar_client_push(cl, dest, r, cid, &cs, flags, p.base ? on_progress : NULL, &p, st, err);
-	dmarfs_remote_changed(n->fs); /* even a failed push may have changed the peer */
 	json_t *ev = p.base ? xfer_event(rc < 0 ? "transfer.failed" : "transfer.done", p.base, st) : NULL;
 	if (ev && rc < 0) {
 		json_object_set_new(ev, "error", json_string(err && err->msg[0] ? err->msg : strerror(-rc)));

@@ -243,6 +243,19 @@ void ns_tick(struct dmarfs *fs)
 			fs->owners[o].tick(fs->owners[o].ctx);
 }
 
+uint64_t ns_env_knob(const char *env, uint64_t dflt, uint64_t *once)
+{
+	uint64_t v = __atomic_load_n(once, __ATOMIC_RELAXED);
+	if (!v) {
+		const char *e = getenv(env);
+		char *end = NULL;
+		unsigned long long x = e && *e ? strtoull(e, &end, 10) : 0;
+		v = x && end && !*end ? (uint64_t)x : dflt;
+		__atomic_store_n(once, v, __ATOMIC_RELAXED);
+	}
+	return v;
+}
+
 void dmarfs_free(struct dmarfs *fs)
 {
 	if (!fs)

@@ -152,6 +152,11 @@ void ns_add_owner(struct dmarfs *fs, void (*refs)(void *ctx, const struct dmar_f
 /* The owners' ticks (no lock held). */
 void ns_tick(struct dmarfs *fs);
 
+/* A timing the tests shorten: the positive integer in the environment
+ * variable env (DMARFS_STAGE_SECONDS...), else dflt; read once, into
+ * *once (a static of the caller's, 0 at first). */
+uint64_t ns_env_knob(const char *env, uint64_t dflt, uint64_t *once);
+
 /* A new, empty filesystem over cfg's arena: 0, -ENOMEM. */
 int dmarfs_new(struct dmarfs **out, const struct dmarfs_config *cfg);
 void dmarfs_free(struct dmarfs *fs); /* NULL-safe; frees every inode */

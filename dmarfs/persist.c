@@ -126,12 +126,7 @@ struct op_chunk {
 static uint64_t ckpt_min(void)
 {
 	static uint64_t v;
-	if (!__atomic_load_n(&v, __ATOMIC_RELAXED)) {
-		const char *e = getenv("DMARFS_CHECKPOINT_MIN");
-		uint64_t x = e && *e ? strtoull(e, NULL, 10) : 0;
-		__atomic_store_n(&v, x ? x : CKPT_MIN, __ATOMIC_RELAXED);
-	}
-	return v;
+	return ns_env_knob("DMARFS_CHECKPOINT_MIN", CKPT_MIN, &v);
 }
 /* Extents per CONTENT operation at most (a range with more is cut). */
 #define EXTS_PER_OP 65536

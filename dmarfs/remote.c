@@ -35,6 +35,7 @@
 #include <time.h>
 
 #include "fs_i.h"
+#include "idle.h"
 #include "node.h"
 #include "codec/idset.h"
 
@@ -401,12 +402,6 @@ static void names_changed(struct dmarfs_remote *rm)
 	atomic_fetch_add(&rm->names_gen, 1);
 }
 
-void dmarfs_remote_changed(struct dmarfs *fs)
-{
-	if (fs->remote)
-		names_changed(fs->remote);
-}
-
 /* "dir/name", or "name" under the peer's root.  NULL on ENOMEM. */
 static char *join(const char *dir, const char *name)
 {
@@ -658,6 +653,7 @@ static int ship(struct dmarfs *fs, struct rinode *ri)
 	struct dmar_xfer_stats st;
 	r = dmarfs_node_ship(fs->remote->node, ri->peer, "(write)", ri->path, &rc, &cid,
 			     known ? DMAR_PUSH_CONTENT_FIRST : 0, &st, &err);
+	names_changed(fs->remote); /* even a failed push may have changed the peer */
 	if (!r) {
 		ri->dirty = false;
 		ri->loaded_size = rc.size;
@@ -1188,8 +1184,9 @@ static struct rinode *peer_root(struct dmarfs *fs, const char *name)
 	return NULL;
 }
 
-void dmarfs_remote_root_entries(struct dmarfs *fs, fuse_req_t req, char *buf, size_t size, size_t *used,
-				uint64_t off)
+/* Append the @PEER entries with cookies above off to a listing of the
+ * root (ns held). */
+static void root_entries(struct dmarfs *fs, fuse_req_t req, char *buf, size_t size, size_t *used, uint64_t off)
 {
 	struct dmarfs_node *n = fs->remote->node;
 	for (size_t k = 0; k < dmarfs_node_peer_count(n); k++) {
@@ -1369,8 +1366,27 @@ static void w_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	DISPATCH(ino, r_opendir(req, ri, fi), L()->opendir(req, ino, fi));
 }
 
+/* The local root's listing, then its @PEER directories. */
+static void root_readdir(fuse_req_t req, size_t size, off_t off)
+{
+	struct dmarfs *fs = FS(req);
+	char *buf = malloc(size);
+	if (!buf)
+		return (void)fuse_reply_err(req, ENOMEM);
+	size_t used = 0;
+	pthread_mutex_lock(&fs->ns);
+	if (fs_list_dir(req, fs->root, buf, size, &used, off))
+		root_entries(fs, req, buf, size, &used, (uint64_t)off);
+	pthread_mutex_unlock(&fs->ns);
+	fuse_reply_buf(req, buf, used);
+	free(buf);
+}
+
 static void w_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
 {
+	struct dmarfs *fs = FS(req);
+	if (ino == FUSE_ROOT_ID && fs->remote && !fs->remote->view)
+		return root_readdir(req, size, off);
 	DISPATCH(ino, r_readdir(req, ri, size, off, fi), L()->readdir(req, ino, size, off, fi));
 }
 
@@ -1530,13 +1546,8 @@ const struct fuse_lowlevel_ops *dmarfs_ops(void)
 /* For the check (check.h): the copies of peers' files held here. */
 static double cache_seconds(void)
 {
-	static uint64_t ms;
-	if (!__atomic_load_n(&ms, __ATOMIC_RELAXED)) {
-		const char *e = getenv("DMARFS_REMOTE_CACHE_SECONDS");
-		double x = e && *e ? strtod(e, NULL) : 0;
-		__atomic_store_n(&ms, (uint64_t)((x > 0 ? x : REMOTE_CACHE_SECONDS) * 1000), __ATOMIC_RELAXED);
-	}
-	return (double)ms / 1000;
+	static uint64_t v;
+	return (double)ns_env_knob("DMARFS_REMOTE_CACHE_SECONDS", REMOTE_CACHE_SECONDS, &v);
 }
 
 /* Drop the copies of peers' files nobody has open, idle since before
@@ -1622,6 +1633,12 @@ int dmarfs_remote_new(struct dmarfs *fs, struct dmarfs_node *node, const char *v
 	fs->remote = rm;
 	ns_add_owner(fs, remote_refs, cache_tick, cache_shed, fs);
 	return 0;
+}
+
+void dmarfs_stop(struct dmarfs *fs)
+{
+	idle_stop(fs);
+	dmarfs_remote_free(fs);
 }
 
 void dmarfs_remote_free(struct dmarfs *fs)

@@ -32,6 +32,7 @@
 #include "prng.h"
 #include "arena/journal.h"
 #include "dmarfs/check.h"
+#include "dmarfs/idle.h"
 #include "dmarfs/ns.h"
 #include "dmarfs/persist.h"
 
@@ -613,12 +614,94 @@ static void test_refused(void **state)
 	refused("bad-content", con, sizeof(con), "CONTENT of inode 77");
 }
 
+/* ---- encode scheduling (idle.h) --------------------------------------- */
+
+/* A file held open is encoded once it has had no write for IDLE_SECONDS,
+ * not before; a later write queues it again; a file unlinked while queued
+ * is not encoded, and the list's reference goes with it.  The clock is
+ * the test's: idle_encode_due takes "now". */
+static void test_idle(void **state)
+{
+	(void)state;
+	struct mnt m;
+	mnt_open(&m, "idle", true);
+	struct inode *a = make(&m, m.fs->root, "a", S_IFREG | 0644, NULL);
+	struct inode *b = make(&m, m.fs->root, "b", S_IFREG | 0644, NULL);
+	uint8_t *buf = malloc(300000);
+	assert_non_null(buf);
+	fill_random(buf, 300000, 7);
+	const uint64_t t = 1000;
+
+	put(&m, a, 0, buf, 300000, false);
+	idle_note_write(m.fs, a, t);
+	put(&m, b, 0, buf + 1000, 200000, false);
+	idle_note_write(m.fs, b, t + 3);
+	assert_true(a->f.dirty && b->f.dirty);
+	uint64_t held = a->nlookup;
+
+	/* Too early for both. */
+	assert_int_equal(idle_encode_due(m.fs, t + IDLE_SECONDS - 1), 0);
+	assert_true(a->f.dirty && a->queued && b->queued);
+	/* a is due, b was written 3 s later. */
+	assert_int_equal(idle_encode_due(m.fs, t + IDLE_SECONDS), 1);
+	assert_false(a->f.dirty);
+	assert_false(a->queued);
+	assert_int_equal(a->nlookup, held - 1); /* the list's reference went */
+	assert_true(b->f.dirty && b->queued);
+	/* A second note of b while queued moves its time, not its place. */
+	idle_note_write(m.fs, b, t + 6);
+	assert_int_equal(idle_encode_due(m.fs, t + 3 + IDLE_SECONDS), 0);
+	assert_int_equal(idle_encode_due(m.fs, t + 6 + IDLE_SECONDS), 1);
+	assert_false(b->f.dirty);
+
+	/* Written again: queued again, encoded again; contents intact. */
+	put(&m, a, 4096, buf + 5, 8192, false);
+	idle_note_write(m.fs, a, t + 20);
+	assert_true(a->queued && a->f.dirty);
+	assert_int_equal(idle_encode_due(m.fs, t + 20 + IDLE_SECONDS), 1);
+	assert_false(a->f.dirty);
+	size_t n;
+	uint8_t *got = slurp(&m, a, &n);
+	assert_int_equal(n, 300000);
+	assert_memory_equal(got, buf, 4096);
+	assert_memory_equal(got + 4096, buf + 5, 8192);
+	assert_memory_equal(got + 4096 + 8192, buf + 4096 + 8192, 300000 - 4096 - 8192);
+	free(got);
+
+	/* Unlinked while queued: taken off, not encoded, freed by the list's
+	 * reference going (the tree's count of inodes drops). */
+	struct inode *c = make(&m, m.fs->root, "c", S_IFREG | 0644, NULL);
+	put(&m, c, 0, buf, 100000, false);
+	idle_note_write(m.fs, c, t + 30);
+	uint64_t before = m.fs->inodes;
+	assert_int_equal(ns_remove(m.fs, m.fs->root, "c", NS_FILE), 0);
+	assert_int_equal(m.fs->inodes, before); /* the list still holds it */
+	assert_int_equal(idle_encode_due(m.fs, t + 30 + IDLE_SECONDS), 1);
+	assert_int_equal(m.fs->inodes, before - 1);
+	assert_null(m.fs->idle_head);
+	assert_adds_up(&m);
+
+	/* idle_stop empties the list and gives its references back; no
+	 * file is queued after it. */
+	put(&m, b, 0, buf, 1000, false);
+	idle_note_write(m.fs, b, t + 40);
+	held = b->nlookup;
+	idle_stop(m.fs);
+	assert_null(m.fs->idle_head);
+	assert_int_equal(b->nlookup, held - 1);
+	idle_note_write(m.fs, b, t + 41);
+	assert_false(b->queued);
+	free(buf);
+	mnt_drop(&m);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_rules),
 		cmocka_unit_test(test_replay),
 		cmocka_unit_test(test_refused),
+		cmocka_unit_test(test_idle),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

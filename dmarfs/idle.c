@@ -1,0 +1,158 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The housekeeping thread of idle.h.
+ */
+#include "config.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "idle.h"
+#include "ns.h"
+#include "persist.h"
+
+/* How often the thread also sees whether the journal wants a
+ * checkpoint. */
+#define CKPT_SECONDS 2
+
+uint64_t idle_now(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (uint64_t)t.tv_sec;
+}
+
+void idle_note_write(struct dmarfs *fs, struct inode *i, uint64_t now_s)
+{
+	__atomic_store_n(&i->last_write, now_s, __ATOMIC_RELAXED);
+	if (__atomic_load_n(&i->queued, __ATOMIC_RELAXED))
+		return;
+	pthread_mutex_lock(&fs->ns);
+	if (!i->queued && !fs->idle_stop) {
+		i->queued = true;
+		i->nlookup++;
+		i->idle_next = fs->idle_head;
+		fs->idle_head = i;
+	}
+	pthread_mutex_unlock(&fs->ns);
+}
+
+/* Take the files of the idle list that have had no write for
+ * IDLE_SECONDS off it, into *due (grown as needed); how many.  ns held.
+ * One pass: every file written in the last seconds is on the list (a git
+ * clone puts thousands there), and a walk from the head for each file
+ * encoded held the namespace lock for most of a clone. */
+static size_t take_due(struct dmarfs *fs, uint64_t now_s, struct inode ***due, size_t *cap)
+{
+	size_t n = 0;
+	for (struct inode **p = &fs->idle_head; *p;) {
+		struct inode *i = *p;
+		if (now_s - __atomic_load_n(&i->last_write, __ATOMIC_RELAXED) < IDLE_SECONDS) {
+			p = &i->idle_next;
+			continue;
+		}
+		if (n == *cap) {
+			size_t c = *cap ? 2 * *cap : 256;
+			struct inode **d = realloc(*due, c * sizeof(*d));
+			if (!d)
+				break; /* the rest at the next pass */
+			*due = d;
+			*cap = c;
+		}
+		*p = i->idle_next;
+		i->idle_next = NULL;
+		i->queued = false; /* a write from now on queues it again */
+		(*due)[n++] = i;
+	}
+	return n;
+}
+
+size_t idle_encode_due(struct dmarfs *fs, uint64_t now_s)
+{
+	struct inode **due = NULL;
+	size_t cap = 0;
+	pthread_mutex_lock(&fs->ns);
+	size_t n = fs->idle_stop ? 0 : take_due(fs, now_s, &due, &cap);
+	for (size_t k = 0; k < n; k++) {
+		struct inode *i = due[k];
+		bool live = !fs->idle_stop && i->nlink > 0 && S_ISREG(i->mode);
+		pthread_mutex_unlock(&fs->ns);
+		/* The sync makes "IDLE_SECONDS without writes" a durable
+		 * state. */
+		if (live) {
+			ns_encode(fs, i, &fs->cfg.ctx, 1);
+			(void)persist_sync(fs, i);
+		}
+		pthread_mutex_lock(&fs->ns);
+		ns_forget_locked(fs, i, 1); /* the list's reference */
+	}
+	pthread_mutex_unlock(&fs->ns);
+	free(due);
+	return n;
+}
+
+static void *idle_main(void *arg)
+{
+	struct dmarfs *fs = arg;
+	uint64_t next_ckpt = idle_now() + CKPT_SECONDS;
+	pthread_mutex_lock(&fs->ns);
+	while (!fs->idle_stop) {
+		struct timespec until;
+		clock_gettime(CLOCK_REALTIME, &until);
+		until.tv_sec += 1;
+		pthread_cond_timedwait(&fs->idle_cond, &fs->ns, &until);
+		if (fs->idle_stop)
+			break;
+		pthread_mutex_unlock(&fs->ns);
+		uint64_t now_s = idle_now();
+		idle_encode_due(fs, now_s);
+		ns_tick(fs);
+		if (now_s >= next_ckpt) {
+			next_ckpt = now_s + CKPT_SECONDS;
+			int r = persist_checkpoint(fs, false);
+			if (r < 0)
+				fprintf(stderr, "dmarfs: checkpoint of the journal: %s (tried again later)\n",
+					strerror(-r));
+		}
+		pthread_mutex_lock(&fs->ns);
+	}
+	pthread_mutex_unlock(&fs->ns);
+	return NULL;
+}
+
+void idle_start(struct dmarfs *fs)
+{
+	pthread_mutex_lock(&fs->ns);
+	fs->idle_running = pthread_create(&fs->idle_thread, NULL, idle_main, fs) == 0;
+	for (struct inode *i = fs->all; fs->idle_running && i; i = i->all_next) {
+		if (!S_ISREG(i->mode) || !i->f.dirty || i->queued || !i->nlink)
+			continue;
+		i->queued = true;
+		i->nlookup++;
+		i->idle_next = fs->idle_head;
+		fs->idle_head = i;
+	}
+	pthread_mutex_unlock(&fs->ns);
+}
+
+void idle_stop(struct dmarfs *fs)
+{
+	pthread_mutex_lock(&fs->ns);
+	bool running = fs->idle_running;
+	fs->idle_stop = true;
+	fs->idle_running = false;
+	pthread_cond_broadcast(&fs->idle_cond);
+	pthread_mutex_unlock(&fs->ns);
+	if (running)
+		pthread_join(fs->idle_thread, NULL);
+	pthread_mutex_lock(&fs->ns);
+	while (fs->idle_head) {
+		struct inode *i = fs->idle_head;
+		fs->idle_head = i->idle_next;
+		i->queued = false;
+		ns_forget_locked(fs, i, 1);
+	}
+	pthread_mutex_unlock(&fs->ns);
+}
