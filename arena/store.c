@@ -214,6 +214,23 @@ static int ref_held(struct dmar_store *s, struct slot *e)
 	return 0;
 }
 
+/* A new entry with one reference (s->lock held, a slot reserved). */
+static void insert(struct dmar_store *s, const struct dmar_id *id, uint8_t enc, uint32_t len, uint64_t off,
+		   uint32_t stored_len)
+{
+	uint64_t i = slot_of(s->key, s->mask, id);
+	while (s->slots[i].refs)
+		i = (i + 1) & s->mask;
+	s->slots[i] = (struct slot){
+		.id = *id, .off = off, .stored_len = stored_len, .len = len, .refs = 1, .enc = enc,
+	};
+	s->count++;
+	s->st.chunks++;
+	s->st.refs++;
+	s->st.stored_bytes += stored_len;
+	s->st.chunk_bytes += len;
+}
+
 int dmar_store_ref(struct dmar_arena *a, const struct dmar_id *id, uint8_t enc, uint32_t len,
 		   const void *payload, uint32_t stored_len, bool *added)
 {
@@ -259,17 +276,7 @@ int dmar_store_ref(struct dmar_arena *a, const struct dmar_id *id, uint8_t enc, 
 		dmar_arena_release(a, off, stored_len);
 		return r;
 	}
-	uint64_t i = slot_of(s->key, s->mask, id);
-	while (s->slots[i].refs)
-		i = (i + 1) & s->mask;
-	s->slots[i] = (struct slot){
-		.id = *id, .off = off, .stored_len = stored_len, .len = len, .refs = 1, .enc = enc,
-	};
-	s->count++;
-	s->st.chunks++;
-	s->st.refs++;
-	s->st.stored_bytes += stored_len;
-	s->st.chunk_bytes += len;
+	insert(s, id, enc, len, off, stored_len);
 	pthread_mutex_unlock(&s->lock);
 	if (added)
 		*added = true;
@@ -303,17 +310,7 @@ int dmar_store_adopt(struct dmar_arena *a, const struct dmar_id *id, uint8_t enc
 		pthread_mutex_unlock(&s->lock);
 		return r == -EEXIST ? -EUCLEAN : r;
 	}
-	uint64_t i = slot_of(s->key, s->mask, id);
-	while (s->slots[i].refs)
-		i = (i + 1) & s->mask;
-	s->slots[i] = (struct slot){
-		.id = *id, .off = off, .stored_len = stored_len, .len = len, .refs = 1, .enc = enc,
-	};
-	s->count++;
-	s->st.chunks++;
-	s->st.refs++;
-	s->st.stored_bytes += stored_len;
-	s->st.chunk_bytes += len;
+	insert(s, id, enc, len, off, stored_len);
 	pthread_mutex_unlock(&s->lock);
 	return 0;
 }

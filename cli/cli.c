@@ -74,35 +74,6 @@ int cli_usage(const char *fmt, ...)
 	return CLI_EXIT_USAGE;
 }
 
-int cli_parse_size(const char *s, uint64_t *out)
-{
-	char *end;
-	errno = 0;
-	if (!s || !*s || *s == '-')
-		return -EINVAL;
-	unsigned long long v = strtoull(s, &end, 10);
-	if (errno || end == s)
-		return -EINVAL;
-	unsigned shift = 0;
-	switch (*end) {
-	case '\0': break;
-	case 'k': case 'K': shift = 10; end++; break;
-	case 'm': case 'M': shift = 20; end++; break;
-	case 'g': case 'G': shift = 30; end++; break;
-	default: return -EINVAL;
-	}
-	if (*end == 'i' && shift)
-		end++;
-	if ((*end == 'B' || *end == 'b') && shift)
-		end++;
-	if (*end)
-		return -EINVAL;
-	if (shift && v > (UINT64_MAX >> shift))
-		return -EINVAL;
-	*out = (uint64_t)v << shift;
-	return 0;
-}
-
 const char *cli_human(uint64_t b, char *buf)
 {
 	static const char *u[] = { "B", "KiB", "MiB", "GiB", "TiB" };

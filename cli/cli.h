@@ -25,8 +25,6 @@ void cli_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  * CLI_EXIT_USAGE for `return cli_usage(...)`. */
 int cli_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
-/* Parse "123", "4k", "8M", "2g" (binary multiples).  0 or -EINVAL. */
-int cli_parse_size(const char *s, uint64_t *out);
 /* "1.5 MiB" style, into buf[32]. */
 const char *cli_human(uint64_t bytes, char *buf);
 double cli_now(void);

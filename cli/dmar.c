@@ -26,6 +26,7 @@
 #include "codec/encoder.h"
 #include "codec/format.h"
 #include "codec/refset.h"
+#include "codec/size.h"
 
 #define EXIT_USAGE 2
 #define MAX_REFS 64
@@ -237,7 +238,7 @@ static int parse_opts(int argc, char **argv, struct cmd_opts *o, const char *hel
 			break;
 		case OPT_CHUNK_SIZE: case OPT_CHUNK_MIN: case OPT_CHUNK_MAX: case OPT_MAXDICT: case OPT_BUDGET: {
 			uint64_t v;
-			if (cli_parse_size(optarg, &v) < 0 || v == 0)
+			if (dmar_size_parse(optarg, 0, &v) < 0 || v == 0)
 				return usage_error("invalid size '%s'", optarg);
 			if (c == OPT_CHUNK_SIZE) o->cavg = v;
 			else if (c == OPT_CHUNK_MIN) o->cmin = v;

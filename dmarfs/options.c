@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "options.h"
+#include "codec/size.h"
 
 
 enum opt_type { T_SIZE, T_U64, T_MODE, T_UINT, T_PAGESIZE, T_ENCODE, T_STR, T_FLAG, T_LEVEL, T_KERNEL, T_IGNORE };
@@ -69,40 +70,6 @@ static const struct opt_desc table[] = {
 };
 #undef O
 
-static int parse_size(const char *v, uint64_t *out)
-{
-	char *end;
-	errno = 0;
-	if (!*v || *v == '-')
-		return -EINVAL;
-	unsigned long long n = strtoull(v, &end, 10);
-	if (errno || end == v)
-		return -EINVAL;
-	if (*end == '%' && !end[1]) {
-		/* A share of RAM, like tmpfs. */
-		long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
-		if (n == 0 || n > 100 || pages <= 0)
-			return -EINVAL;
-		*out = (uint64_t)pages * (uint64_t)psz / 100 * n;
-		return 0;
-	}
-	unsigned shift = 0;
-	switch (*end) {
-	case '\0': break;
-	case 'k': case 'K': shift = 10; end++; break;
-	case 'm': case 'M': shift = 20; end++; break;
-	case 'g': case 'G': shift = 30; end++; break;
-	case 't': case 'T': shift = 40; end++; break;
-	default: return -EINVAL;
-	}
-	if (*end)
-		return -EINVAL;
-	if (shift && n > (UINT64_MAX >> shift))
-		return -EINVAL;
-	*out = (uint64_t)n << shift;
-	return 0;
-}
-
 static int append_kernel_opt(struct dmarfs_opts *o, const char *item)
 {
 	size_t a = o->fuse_opts ? strlen(o->fuse_opts) : 0, b = strlen(item);
@@ -139,14 +106,14 @@ static int apply(struct dmarfs_opts *o, char *item)
 		uint64_t v64;
 		switch (d->type) {
 		case T_SIZE:
-			if (parse_size(val, &v64) < 0 || v64 == 0)
+			if (dmar_size_parse(val, DMAR_SIZE_PERCENT, &v64) < 0 || v64 == 0)
 				goto bad;
 			*(uint64_t *)field = v64;
 			o->size_given = true;
 			return 0;
 		case T_U64:
 			/* A count: suffixes yes, a share of RAM no. */
-			if (strchr(val, '%') || parse_size(val, &v64) < 0 || v64 == 0)
+			if (dmar_size_parse(val, 0, &v64) < 0 || v64 == 0)
 				goto bad;
 			*(uint64_t *)field = v64;
 			o->nr_inodes_given = true; /* the only count */
@@ -173,7 +140,7 @@ static int apply(struct dmarfs_opts *o, char *item)
 			return 0;
 		}
 		case T_PAGESIZE:
-			if (parse_size(val, &v64) < 0 || (v64 != 4096 && v64 != (2u << 20) && v64 != (1u << 30)))
+			if (dmar_size_parse(val, 0, &v64) < 0 || (v64 != 4096 && v64 != (2u << 20) && v64 != (1u << 30)))
 				goto bad;
 			*(uint64_t *)field = v64;
 			return 0;

@@ -37,6 +37,7 @@
 #include "codec/format.h"
 #include "codec/hash.h"
 #include "codec/refset.h"
+#include "codec/size.h"
 
 /* --- data --------------------------------------------------------------- */
 
@@ -3064,11 +3065,47 @@ static void test_concatenated(void **state)
 }
 
 /* An optional argument runs only the tests matching it (a glob). */
+/* dmar_size_parse: the one parser of sizes (dmar's -B/-b, mount's size=). */
+static void test_size_parse(void **state)
+{
+	(void)state;
+	static const struct {
+		const char *s;
+		uint64_t v;
+	} good[] = { { "0", 0 },	     { "123", 123 },	   { "4k", 4096 },	   { "4K", 4096 },
+		     { "8M", 8u << 20 },     { "8MiB", 8u << 20 }, { "8MB", 8u << 20 },	   { "2g", 2ull << 30 },
+		     { "2GiB", 2ull << 30 }, { "1T", 1ull << 40 }, { "16777215T", 16777215ull << 40 } };
+	for (size_t k = 0; k < sizeof(good) / sizeof(good[0]); k++) {
+		uint64_t v = 7;
+		assert_int_equal(dmar_size_parse(good[k].s, 0, &v), 0);
+		assert_int_equal(v, good[k].v);
+	}
+	static const char *const bad[] = { "",	 "-1", " 1",   "+1",	    "k",	 "1x",	 "1kk",
+					   "1 k", "1B", "1i",  "1%",	    "1Ti3",	 "16777216T", "99999999999999999999" };
+	for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++) {
+		uint64_t v = 7;
+		if (dmar_size_parse(bad[k], 0, &v) != -EINVAL)
+			fail_msg("\"%s\" accepted", bad[k]);
+		assert_int_equal(v, 7);
+	}
+	uint64_t v = 0;
+	assert_int_equal(dmar_size_parse(NULL, 0, &v), -EINVAL);
+	/* A share of RAM only where allowed, 1..100. */
+	uint64_t half = 0, all = 0;
+	assert_int_equal(dmar_size_parse("50%", DMAR_SIZE_PERCENT, &half), 0);
+	assert_int_equal(dmar_size_parse("100%", DMAR_SIZE_PERCENT, &all), 0);
+	assert_true(half > 0 && half <= all / 2 + 1 && half + 4096 >= all / 2);
+	assert_int_equal(dmar_size_parse("0%", DMAR_SIZE_PERCENT, &v), -EINVAL);
+	assert_int_equal(dmar_size_parse("101%", DMAR_SIZE_PERCENT, &v), -EINVAL);
+	assert_int_equal(dmar_size_parse("50%x", DMAR_SIZE_PERCENT, &v), -EINVAL);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc > 1)
 		cmocka_set_test_filter(argv[1]);
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_size_parse),
 		cmocka_unit_test(test_empty),
 		cmocka_unit_test(test_sizes_matrix),
 		cmocka_unit_test(test_small_chunks),
