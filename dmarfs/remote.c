@@ -477,9 +477,12 @@ static int close_errno(int r)
 	}
 }
 
-static void log_err(struct rinode *ri, const char *what, int r, const struct dmar_error *err)
+/* "what @peer/path[/leaf]: why" to the log; leaf: a name in directory ri
+ * (mkdir, unlink), or NULL. */
+static void log_err(struct rinode *ri, const char *leaf, const char *what, int r, const struct dmar_error *err)
 {
-	fprintf(stderr, "dmarfs: %s @%s/%s: %s\n", what, ri->peer, ri->path, err->msg[0] ? err->msg : strerror(-r));
+	fprintf(stderr, "dmarfs: %s @%s/%s%s%s: %s\n", what, ri->peer, ri->path, leaf && ri->path[0] ? "/" : "",
+		leaf ? leaf : "", err->msg[0] ? err->msg : strerror(-r));
 }
 
 static void stat_of(struct dmarfs *fs, struct rinode *ri, struct stat *st)
@@ -632,7 +635,7 @@ static int ship(struct dmarfs *fs, struct rinode *ri)
 		r = dmar_file_recipe(&ri->f, &rc);
 	if (r < 0) {
 		dmar_error_errno(&err, r, "encode");
-		log_err(ri, "ship to", r, &err);
+		log_err(ri, NULL, "ship to", r, &err);
 		return -close_errno(r);
 	}
 	rc.mode = ri->st.st_mode & 07777;
@@ -661,7 +664,7 @@ static int ship(struct dmarfs *fs, struct rinode *ri)
 		ri->st.st_size = (off_t)rc.size;
 		ri->st_at = mono();
 	} else {
-		log_err(ri, "ship to", r, &err);
+		log_err(ri, NULL, "ship to", r, &err);
 	}
 	dmar_recipe_free(&rc);
 	return r < 0 ? -close_errno(r) : 0;
@@ -669,10 +672,11 @@ static int ship(struct dmarfs *fs, struct rinode *ri)
 
 /* ---- operations on remote inodes --------------------------------------- */
 
-static void reply_error(fuse_req_t req, struct rinode *ri, const char *what, int r, const struct dmar_error *err)
+static void reply_error(fuse_req_t req, struct rinode *ri, const char *leaf, const char *what, int r,
+			const struct dmar_error *err)
 {
 	if (r != -ENOENT)
-		log_err(ri, what, r, err);
+		log_err(ri, leaf, what, r, err);
 	/* Transport failures reach the application as EIO (a network
 	 * filesystem's convention), the peer's own errors as they are. */
 	fuse_reply_err(req, r == -ECONNREFUSED || r == -EHOSTUNREACH || r == -ETIMEDOUT || r == -EKEYREJECTED
@@ -752,7 +756,7 @@ static void r_lookup(fuse_req_t req, struct rinode *d, const char *name)
 		return;
 	}
 	if (r < 0) {
-		reply_error(req, ri, "lookup", r, &err);
+		reply_error(req, ri, NULL, "lookup", r, &err);
 		if (found)
 			forget_remote(fs, ri, 1);
 		else
@@ -776,7 +780,7 @@ static void r_getattr(fuse_req_t req, struct rinode *ri)
 	stat_of(fs, ri, &st);
 	pthread_rwlock_unlock(&ri->lock);
 	if (r < 0)
-		reply_error(req, ri, "stat", r, &err);
+		reply_error(req, ri, NULL, "stat", r, &err);
 	else
 		fuse_reply_attr(req, &st, RATTR_TIMEOUT);
 }
@@ -822,7 +826,7 @@ out:;
 	stat_of(fs, ri, &st);
 	pthread_rwlock_unlock(&ri->lock);
 	if (r < 0)
-		reply_error(req, ri, "setattr", r, &err);
+		reply_error(req, ri, NULL, "setattr", r, &err);
 	else
 		fuse_reply_attr(req, &st, RATTR_TIMEOUT);
 }
@@ -841,7 +845,7 @@ static void r_mkdir(fuse_req_t req, struct rinode *d, const char *name, mode_t m
 	struct rinode *ri = r < 0 ? NULL : rinode_new(fs->remote, d->cl, d->peer, path);
 	free(path);
 	if (r < 0) {
-		reply_error(req, d, "mkdir", r, &err);
+		reply_error(req, d, name, "mkdir", r, &err);
 		return;
 	}
 	if (!ri) {
@@ -852,7 +856,7 @@ static void r_mkdir(fuse_req_t req, struct rinode *d, const char *name, mode_t m
 	r = refresh(ri, true, &err);
 	pthread_rwlock_unlock(&ri->lock);
 	if (r < 0) {
-		reply_error(req, ri, "mkdir", r, &err);
+		reply_error(req, ri, NULL, "mkdir", r, &err);
 		rinode_free(fs, ri);
 		return;
 	}
@@ -885,7 +889,7 @@ static void r_remove(fuse_req_t req, struct rinode *d, const char *name, bool di
 	json_decref(o);
 	free(path);
 	if (r < 0 && r != -ENOTDIR && r != -EISDIR)
-		reply_error(req, d, dir ? "rmdir" : "unlink", r, &err);
+		reply_error(req, d, name, dir ? "rmdir" : "unlink", r, &err);
 	else
 		fuse_reply_err(req, -r);
 }
@@ -945,7 +949,7 @@ out:
 		ri->opens++;
 	pthread_rwlock_unlock(&ri->lock);
 	if (r < 0) {
-		reply_error(req, ri, "open", r, &err);
+		reply_error(req, ri, NULL, "open", r, &err);
 		return;
 	}
 	/* The peer's file can change under us: no page cache across opens. */
@@ -1023,7 +1027,7 @@ static void r_opendir(fuse_req_t req, struct rinode *ri, struct fuse_file_info *
 	unsigned long gen = atomic_load(ri->names_gen);
 	int r = dmar_client_stat(ri->cl, ri->path, &o, &err);
 	if (r < 0) {
-		reply_error(req, ri, "opendir", r, &err);
+		reply_error(req, ri, NULL, "opendir", r, &err);
 		return;
 	}
 	json_t *ents = json_object_get(o, "entries");
@@ -1100,7 +1104,7 @@ static void r_statfs(fuse_req_t req, struct rinode *ri)
 	json_t *o = NULL;
 	int r = dmar_client_info(ri->cl, &o, &err);
 	if (r < 0) {
-		reply_error(req, ri, "statfs", r, &err);
+		reply_error(req, ri, NULL, "statfs", r, &err);
 		return;
 	}
 	json_t *a = json_object_get(o, "arena");
