@@ -266,6 +266,17 @@ static void why_short(struct why *why, uint64_t ps, const struct pool *p, uint64
 		(unsigned long long)need, knob);
 }
 
+/* The region is the mapping p of len bytes (of fd, or -1) now. */
+static void mapped(struct dmar_region *r, void *p, uint64_t len, int fd, enum dmar_backing backing,
+		   uint64_t pagesize)
+{
+	r->base = p;
+	r->size = len;
+	r->fd = fd;
+	r->backing = backing;
+	r->pagesize = pagesize;
+}
+
 static int try_hugetlb(struct dmar_region *r, const struct dmar_arena_opts *o, uint64_t ps,
 		       struct why *why)
 {
@@ -329,11 +340,7 @@ static int try_hugetlb(struct dmar_region *r, const struct dmar_arena_opts *o, u
 			goto fail;
 		}
 	}
-	r->base = p;
-	r->size = len;
-	r->fd = fd;
-	r->backing = DMAR_BACKING_HUGETLB;
-	r->pagesize = ps;
+	mapped(r, p, len, fd, DMAR_BACKING_HUGETLB, ps);
 	return 0;
 fail:
 	close(fd);
@@ -458,11 +465,7 @@ static int try_thp(struct dmar_region *r, const struct dmar_arena_opts *o, uint6
 			close(fd);
 		return e;
 	}
-	r->base = p;
-	r->size = len;
-	r->fd = fd;
-	r->backing = DMAR_BACKING_THP;
-	r->pagesize = m.pmd;
+	mapped(r, p, len, fd, DMAR_BACKING_THP, m.pmd);
 	return 0;
 }
 
@@ -491,11 +494,7 @@ static int map_normal(struct dmar_region *r, const struct dmar_arena_opts *o, ui
 	 * is "always" (only "force" overrides this). */
 	if (no_huge)
 		madvise(p, len, MADV_NOHUGEPAGE);
-	r->base = p;
-	r->size = len;
-	r->fd = fd;
-	r->backing = DMAR_BACKING_NORMAL;
-	r->pagesize = base_ps;
+	mapped(r, p, len, fd, DMAR_BACKING_NORMAL, base_ps);
 	return 0;
 }
 

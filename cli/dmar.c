@@ -317,17 +317,40 @@ static bool refuse_terminal(const struct cmd_opts *o, bool to_stdout)
 	return false;
 }
 
+/* pack's and unpack's options and their one FILE operand ("-", or none:
+ * stdin) into *o and *in: -1, or the exit status to end with (--help, a
+ * usage error). */
+static int cmd_start(int argc, char **argv, const char *help, const char *what, struct cmd_opts *o,
+		     const char **in)
+{
+	opts_defaults(o);
+	int r = parse_opts(argc, argv, o, help);
+	if (r >= 0)
+		return r;
+	if (o->argc - optind > 1)
+		return cli_usage("%s (got %s more)", what, argv[optind + 1]);
+	*in = optind < o->argc ? argv[optind] : "-";
+	return -1;
+}
+
+/* Open the output (a temp file beside name, or stdout), saying why not. */
+static int open_out(struct cli_out *out, const char *name, bool force)
+{
+	int r = cli_out_open(out, name, force);
+	if (r == -EEXIST)
+		cli_err("%s: already exists (use -f to overwrite)", name);
+	else if (r < 0)
+		cli_err("%s: %s", name, strerror(-r));
+	return r;
+}
+
 static int cmd_pack(int argc, char **argv)
 {
 	struct cmd_opts o;
-	opts_defaults(&o);
-	int r = parse_opts(argc, argv, &o, pack_help);
+	const char *in;
+	int r = cmd_start(argc, argv, pack_help, "pack takes one FILE", &o, &in);
 	if (r >= 0)
 		return r;
-	argc = o.argc;
-	if (argc - optind > 1)
-		return usage_error("pack takes one FILE (got %s more)", argv[optind + 1]);
-	const char *in = optind < argc ? argv[optind] : "-";
 	bool from_stdin = !strcmp(in, "-");
 
 	uint32_t avg = o.cavg ? (uint32_t)o.cavg : DMAR_CHUNK_AVG_DEFAULT;
@@ -387,14 +410,8 @@ static int cmd_pack(int argc, char **argv)
 	eo.pack = pack;
 	eo.ref = ref;
 
-	r = cli_out_open(&out, outname, o.force);
-	if (r == -EEXIST) {
-		cli_err("%s: already exists (use -f to overwrite)", outname);
+	if (open_out(&out, outname, o.force) < 0)
 		goto done;
-	} else if (r < 0) {
-		cli_err("%s: %s", outname, strerror(-r));
-		goto done;
-	}
 	struct dmar_error err = { 0 };
 	struct dmar_encode_stats st;
 	struct cli_progress pr;
@@ -470,14 +487,10 @@ static int unpack_header(void *ctx, const struct dmar_header_info *h)
 static int cmd_unpack(int argc, char **argv)
 {
 	struct cmd_opts o;
-	opts_defaults(&o);
-	int r = parse_opts(argc, argv, &o, unpack_help);
+	const char *in;
+	int r = cmd_start(argc, argv, unpack_help, "unpack takes one FILE.dmar", &o, &in);
 	if (r >= 0)
 		return r;
-	argc = o.argc;
-	if (argc - optind > 1)
-		return usage_error("unpack takes one FILE.dmar (got %s more)", argv[optind + 1]);
-	const char *in = optind < argc ? argv[optind] : "-";
 	bool from_stdin = !strcmp(in, "-");
 	char *outname = NULL;
 	bool to_stdout = !o.test && (o.to_stdout || (!o.output && from_stdin));
@@ -516,16 +529,8 @@ static int cmd_unpack(int argc, char **argv)
 	dopts.pack = pack;
 	dopts.on_header = unpack_header;
 	dopts.on_header_ctx = &u;
-	if (!o.test) {
-		r = cli_out_open(&out, outname, o.force);
-		if (r == -EEXIST) {
-			cli_err("%s: already exists (use -f to overwrite)", outname);
-			goto done;
-		} else if (r < 0) {
-			cli_err("%s: %s", outname, strerror(-r));
-			goto done;
-		}
-	}
+	if (!o.test && open_out(&out, outname, o.force) < 0)
+		goto done;
 	struct stat st_in;
 	uint64_t total = 0;
 	if (fstat(fd, &st_in) == 0 && S_ISREG(st_in.st_mode))

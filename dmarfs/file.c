@@ -429,21 +429,46 @@ static void remove_at(struct dmar_file *f, size_t i, size_t n)
 	f->n -= n;
 }
 
+/* Where a cut at off falls inside an extent: false when off is 0, the
+ * end, or already an extent's start; else the extent's index *i, the
+ * length its head keeps, and its tail *t as a copy to adjust. */
+static bool split_point(const struct dmar_file *f, uint64_t off, size_t *i, uint64_t *head, struct dmar_extent *t)
+{
+	if (off == 0 || off >= f->size)
+		return false;
+	*i = find(f, off);
+	const struct dmar_extent *e = &f->ext[*i];
+	if (e->off == off)
+		return false;
+	*head = off - e->off;
+	*t = *e;
+	t->off = off;
+	t->len = e->len - *head;
+	return true;
+}
+
+/* Cut extent i to head and put tail t after it: 0 or -ENOMEM. */
+static int split_finish(struct dmar_file *f, size_t i, uint64_t head, const struct dmar_extent *t)
+{
+	int r = reserve(f, 1);
+	if (r < 0)
+		return r;
+	f->ext[i].len = head;
+	insert_at(f, i + 1, t, 1);
+	return 0;
+}
+
 /* Split so that an extent starts exactly at off (0 < off < size).  The
  * second half of a chunk takes its own reference; a RAW extent is never
  * split (it would share its allocation): its tail is copied out instead. */
 static int split_at(struct dmar_file *f, struct dmar_fsctx *c, uint64_t off)
 {
-	if (off == 0 || off >= f->size)
+	size_t i;
+	uint64_t head;
+	struct dmar_extent t;
+	if (!split_point(f, off, &i, &head, &t))
 		return 0;
-	size_t i = find(f, off);
 	struct dmar_extent *e = &f->ext[i];
-	if (e->off == off)
-		return 0;
-	uint64_t head = off - e->off;
-	struct dmar_extent t = *e;
-	t.off = off;
-	t.len = e->len - head;
 	if (e->kind == EXT_CHUNK) {
 		int r = dmar_store_ref_existing(c->arena, &e->id);
 		if (r < 0)
@@ -462,14 +487,10 @@ static int split_at(struct dmar_file *f, struct dmar_fsctx *c, uint64_t off)
 		/* The tail moved to its own allocation. */
 		changed(f, off, off + t.len);
 	}
-	int r = reserve(f, 1);
-	if (r < 0) {
+	int r = split_finish(f, i, head, &t);
+	if (r < 0)
 		ext_drop(f, c, &t);
-		return r;
-	}
-	f->ext[i].len = head;
-	insert_at(f, i + 1, &t, 1);
-	return 0;
+	return r;
 }
 
 /* --- chunk payloads ---------------------------------------------------- */
@@ -725,17 +746,27 @@ void dmar_file_trim(struct dmar_file *f, struct dmar_fsctx *c)
 	changed(f, e->off, e->off + e->len);
 }
 
-int dmar_file_write_with(struct dmar_file *f, struct dmar_fsctx *c, uint64_t off, size_t len,
-			 int (*copy)(void *ctx, uint8_t *dst, size_t len), void *ctx)
+/* How a write or an allocation of [off, off + len) begins: 0 to go on,
+ * 1 for nothing to do (len 0), -errno (-EFBIG past max_size). */
+static int range_begin(struct dmar_file *f, struct dmar_fsctx *c, uint64_t off, uint64_t len)
 {
 	f->gen++;
 	if (!len)
-		return 0;
-	int ro = own(f, c);
-	if (ro < 0)
-		return ro;
+		return 1;
+	int r = own(f, c);
+	if (r < 0)
+		return r;
 	if (off > UINT64_MAX - len || too_big(f, c, off + len))
 		return -EFBIG;
+	return 0;
+}
+
+int dmar_file_write_with(struct dmar_file *f, struct dmar_fsctx *c, uint64_t off, size_t len,
+			 int (*copy)(void *ctx, uint8_t *dst, size_t len), void *ctx)
+{
+	int rb = range_begin(f, c, off, len);
+	if (rb)
+		return rb > 0 ? 0 : rb;
 	uint64_t end = off + len, old_size = f->size;
 	uint64_t stop = end < f->size ? end : f->size;
 	int r = 0;
@@ -843,14 +874,9 @@ int dmar_file_punch(struct dmar_file *f, struct dmar_fsctx *c, uint64_t off, uin
 
 int dmar_file_allocate(struct dmar_file *f, struct dmar_fsctx *c, uint64_t off, uint64_t len, bool keep_size)
 {
-	f->gen++;
-	if (!len)
-		return 0;
-	int ro = own(f, c);
-	if (ro < 0)
-		return ro;
-	if (off > UINT64_MAX - len || too_big(f, c, off + len))
-		return -EFBIG;
+	int rb = range_begin(f, c, off, len);
+	if (rb)
+		return rb > 0 ? 0 : rb;
 	uint64_t end = off + len, old_size = f->size;
 	int r;
 	if (!keep_size && end > f->size && (r = append_hole(f, end - f->size)) < 0)
@@ -1770,27 +1796,18 @@ void dmar_file_sync_end(struct dmar_file *f, struct dmar_fsctx *c, struct dmar_f
  * same allocation further in; activation gives it its own). */
 static int rsplit(struct dmar_file *f, uint64_t off)
 {
-	if (off == 0 || off >= f->size)
+	size_t i;
+	uint64_t head;
+	struct dmar_extent t;
+	if (!split_point(f, off, &i, &head, &t))
 		return 0;
-	size_t i = find(f, off);
-	struct dmar_extent *e = &f->ext[i];
-	if (e->off == off)
-		return 0;
-	uint64_t head = off - e->off;
-	struct dmar_extent t = *e;
-	t.off = off;
-	t.len = e->len - head;
+	const struct dmar_extent *e = &f->ext[i];
 	if (e->kind != EXT_HOLE) {
 		if ((uint64_t)e->skip + head > UINT32_MAX)
 			return -EINVAL;
 		t.skip = e->skip + (uint32_t)head;
 	}
-	int r = reserve(f, 1);
-	if (r < 0)
-		return r;
-	f->ext[i].len = head;
-	insert_at(f, i + 1, &t, 1);
-	return 0;
+	return split_finish(f, i, head, &t);
 }
 
 int dmar_file_replay(struct dmar_file *f, uint64_t size, uint64_t lo, uint64_t hi, const struct dmar_rext *x,

@@ -196,6 +196,7 @@ static void kern_start(struct kern *k, struct dmarfs *fs)
 	char *argv[] = { "test_fuse", NULL };
 	struct fuse_args args = FUSE_ARGS_INIT(1, argv);
 	k->se = fuse_session_new(&args, dmarfs_ops(), sizeof(struct fuse_lowlevel_ops), fs);
+	fuse_opt_free_args(&args); /* the session keeps its own copies */
 	assert_non_null(k->se);
 	static const struct fuse_custom_io io = { .writev = io_writev, .read = io_read };
 	assert_int_equal(fuse_session_custom_io(k->se, &io, sv[1]), 0);
