@@ -129,4 +129,38 @@ struct dmar_chunk_sink {
 int dmar_client_pull(struct dmar_client *c, const struct dmar_id *ids, size_t n, const struct dmar_chunk_sink *sink,
 		     dmar_xfer_progress_fn progress, void *pctx, struct dmar_xfer_stats *st, struct dmar_error *err);
 
+/* ---- tree commits (POST /v1/tree) ---- */
+
+/*
+ * A tree commit's body, built in memory by the caller: operations (net/
+ * wire.h: directories, files by recipe, symlinks, made in the order
+ * added, so a directory goes before what it holds) and the chunks the
+ * files need that the peer may lack (raw; the body travels as one zstd
+ * frame when its chunks are mostly compressible and that pays).  Keep a
+ * body to some MiB: it is sent in one request.
+ */
+struct dmar_tree_body;
+int dmar_tree_body_new(struct dmar_tree_body **out); /* 0, -ENOMEM */
+void dmar_tree_body_free(struct dmar_tree_body *b);  /* NULL-safe */
+void dmar_tree_body_reset(struct dmar_tree_body *b); /* empty again, for the next request */
+/* Add an operation (its path and data are copied).  0, -EINVAL (path),
+ * -E2BIG (the format's limits on operations: send this body first),
+ * -ENOMEM. */
+int dmar_tree_body_op(struct dmar_tree_body *b, const struct dmar_tree_op *op);
+/* Add a chunk: len raw bytes whose SHA-256 is id (copied).  0, -EINVAL, -ENOMEM. */
+int dmar_tree_body_chunk(struct dmar_tree_body *b, const struct dmar_id *id, const void *payload, uint32_t len);
+uint32_t dmar_tree_body_ops(const struct dmar_tree_body *b);
+uint64_t dmar_tree_body_bytes(const struct dmar_tree_body *b); /* the body's size before compression */
+
+/*
+ * Send b.  Returns how many operations failed (0: all were made; each
+ * one's -errno in status[k], 0 for those made, when status is not NULL;
+ * err gets the first failure's message, naming its path), or a negative
+ * errno when the request failed as a whole (nothing was made: a chunk
+ * did not match its id, the peer's arena filled while the chunks came,
+ * a transport error).  *st (may be NULL): its figures.
+ */
+int dmar_client_tree(struct dmar_client *c, const struct dmar_tree_body *b, int *status, struct dmar_xfer_stats *st,
+		     struct dmar_error *err);
+
 #endif /* DMAR_CLIENT_H */

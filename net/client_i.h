@@ -8,6 +8,7 @@
  *                    ids, progress and failure, the stream threads
  *   client_push.c    push: have/want, batches out, the commit
  *   client_pull.c    pull: batches in, verified and stored
+ *   client_tree.c    tree commits: many names and their chunks, one request
  */
 #ifndef DMAR_CLIENT_I_H
 #define DMAR_CLIENT_I_H

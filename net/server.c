@@ -298,6 +298,7 @@ static const struct route routes[] = {
 	{ "PUT", "/v1/dirs", MATCH_TREE, BODY_JSON, { CT_JSON }, srv_h_mkdir },
 	{ "GET", "/v1/recipes", MATCH_TREE, BODY_NONE, { NULL }, srv_h_recipe },
 	{ "POST", "/v1/transfers", MATCH_EXACT, BODY_JSON, { CT_JSON }, srv_h_transfer },
+	{ "POST", "/v1/tree", MATCH_EXACT, BODY_TREE, { CT_TREE }, srv_h_tree },
 	{ "GET", "/v1/events", MATCH_EXACT, BODY_NONE, { NULL }, srv_h_events },
 };
 #define NROUTES (sizeof(routes) / sizeof(routes[0]))
@@ -424,10 +425,14 @@ static enum MHD_Result begin(struct req *q, const char *url, const char *method)
 			q->cap = n;
 		}
 	}
-	if (rt->body == BODY_BATCH) {
+	if (rt->body == BODY_BATCH || rt->body == BODY_TREE) {
 		const char *up = srv_header(q, "X-Dmar-Upload");
 		if (up && dmar_wire_upload_parse(up, &q->upload) < 0)
 			return reply_errorf(q, -EINVAL, 0, "X-Dmar-Upload %.64s: not 16 hex digits", up);
+		/* A tree commit's chunks are its own: staged under an id of
+		 * the request's, dropped when it ends. */
+		if (rt->body == BODY_TREE && !q->upload && dmar_wire_upload_new(&q->upload) < 0)
+			return srv_reply_error(q, -EIO, 0, "no random bytes for an upload id");
 		const char *ce = srv_header(q, MHD_HTTP_HEADER_CONTENT_ENCODING);
 		if (ce && *ce && strcasecmp(ce, "identity") != 0) {
 			if (strcasecmp(ce, "zstd") != 0)
@@ -479,7 +484,8 @@ static int batch_unzstd(struct req *q, const char *data, size_t len)
 					      "zstd body decodes to more than %" PRIu64 " bytes (%d x the body limit)",
 					      max, BATCH_ZSTD_RATIO);
 		if (out.pos) {
-			int e = srv_batch_feed(q, cn->zout, out.pos);
+			int e = q->rt->body == BODY_TREE ? srv_tree_feed(q, cn->zout, out.pos)
+							 : srv_batch_feed(q, cn->zout, out.pos);
 			if (e < 0)
 				return e;
 		}
@@ -532,8 +538,11 @@ static enum MHD_Result body(struct req *q, const char *data, size_t len)
 		memcpy(q->body + q->len, data, len);
 		q->len += len;
 		break;
-	case BODY_BATCH: {
-		int r = q->zstd ? batch_unzstd(q, data, len) : srv_batch_feed(q, data, len);
+	case BODY_BATCH:
+	case BODY_TREE: {
+		int r = q->zstd			     ? batch_unzstd(q, data, len)
+			: q->rt->body == BODY_TREE ? srv_tree_feed(q, data, len)
+						     : srv_batch_feed(q, data, len);
 		if (r < 0)
 			body_fail(q, r, 0);
 		break;
@@ -557,7 +566,7 @@ static enum MHD_Result body(struct req *q, const char *data, size_t len)
 
 static bool feed_later(struct req *q, size_t n)
 {
-	return q->rt->body == BODY_BATCH && !q->fail && n < FEED_MIN && n > q->held && q->clen != UINT64_MAX &&
+	return (q->rt->body == BODY_BATCH || q->rt->body == BODY_TREE) && !q->fail && n < FEED_MIN && n > q->held && q->clen != UINT64_MAX &&
 	       q->seen + n < q->clen;
 }
 
@@ -602,6 +611,10 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum 
 	struct req *q = *con_cls;
 	if (!q)
 		return;
+	/* A tree commit's chunks were for its files, which took their own
+	 * references: whatever it staged goes, however it ended. */
+	if (q->rt && q->rt->body == BODY_TREE && q->received && q->s->ops->unstage)
+		q->s->ops->unstage(q->s->ctx, q->upload);
 	free(q->path);
 	free(q->body);
 	dmar_batch_parser_free(q->bp);

@@ -97,6 +97,14 @@ struct dmar_node_ops {
 	 * peer's error. */
 	int (*transfer)(void *ctx, const char *path, const char *to, const char *dest, json_t **out,
 			struct dmar_error *err);
+	/* Optional (POST /v1/tree answers ENOTSUP for its symlinks without
+	 * it).  Make path a symlink to target, replacing a file or symlink
+	 * there (unless noreplace: -EEXIST); -EISDIR over a directory. */
+	int (*symlink)(void *ctx, const char *path, const char *target, bool noreplace, struct dmar_error *err);
+	/* Optional.  The end of a POST /v1/tree: drop what upload staged (its
+	 * files took their own references when committed; the rest would
+	 * wait for the stages' expiry). */
+	void (*unstage)(void *ctx, uint64_t upload);
 };
 
 #define DMAR_SERVER_MISSING_LIST 4096

@@ -126,6 +126,48 @@ int srv_batch_feed(struct req *q, const void *data, size_t len)
 	return r < 0 ? r : f;
 }
 
+/* A tree commit's body as it is decoded: its 16-byte header, then its
+ * operations (buffered: they are applied once every chunk is in), then a
+ * chunk batch, stored as it comes (as POST /v1/chunks). */
+int srv_tree_feed(struct req *q, const void *data, size_t len)
+{
+	const uint8_t *p = data;
+	while (len) {
+		if (q->thave < DMAR_TREE_HDR_SIZE) {
+			size_t take = DMAR_TREE_HDR_SIZE - q->thave < len ? DMAR_TREE_HDR_SIZE - q->thave : len;
+			memcpy(q->thdr + q->thave, p, take);
+			q->thave += take;
+			p += take;
+			len -= take;
+			if (q->thave < DMAR_TREE_HDR_SIZE)
+				return 0;
+			int r = dmar_tree_header_parse(q->thdr, &q->tcount, &q->tops_len, &q->err);
+			if (r < 0)
+				return r;
+			if (!(q->body = malloc(q->tops_len)))
+				return -ENOMEM;
+			q->cap = q->tops_len;
+		} else if (q->len < q->tops_len) {
+			size_t take = q->tops_len - q->len < len ? q->tops_len - q->len : len;
+			memcpy(q->body + q->len, p, take);
+			q->len += take;
+			p += take;
+			len -= take;
+		} else {
+			return srv_batch_feed(q, p, len);
+		}
+	}
+	return 0;
+}
+
+/* 422: chunks that did not match their ids; the others were stored. */
+enum MHD_Result srv_reply_bad_chunks(struct req *q)
+{
+	json_t *extra = json_pack("{s:O, s:I, s:I, s:I}", "bad", q->bad, "bad_count", (json_int_t)q->bad_count,
+				  "received", (json_int_t)q->received, "bytes", (json_int_t)q->bytes);
+	return srv_reply_error_full(q, -EILSEQ, 0, q->bad_msg, extra, NULL, NULL);
+}
+
 /* POST /v1/chunks: the batch has been parsed as it came; sum up. */
 enum MHD_Result srv_h_put_chunks(struct req *q)
 {
@@ -134,11 +176,8 @@ enum MHD_Result srv_h_put_chunks(struct req *q)
 	int r = dmar_batch_parser_finish(q->bp, &q->err);
 	if (r < 0)
 		return srv_reply_ops_error(q, r);
-	if (q->bad_count) {
-		json_t *extra = json_pack("{s:O, s:I, s:I, s:I}", "bad", q->bad, "bad_count", (json_int_t)q->bad_count,
-					  "received", (json_int_t)q->received, "bytes", (json_int_t)q->bytes);
-		return srv_reply_error_full(q, -EILSEQ, 0, q->bad_msg, extra, NULL, NULL);
-	}
+	if (q->bad_count)
+		return srv_reply_bad_chunks(q);
 	return srv_reply_json(q, MHD_HTTP_OK,
 			  json_pack("{s:I, s:I}", "received", (json_int_t)q->received, "bytes", (json_int_t)q->bytes));
 }

@@ -344,3 +344,121 @@ out:
 	json_decref(o);
 	return ret;
 }
+
+/* One operation of a tree commit, as its single-name endpoint would do it:
+ * 0 or -errno, with err; *missing: the chunks a file's commit lacked. */
+static int tree_apply(struct req *q, const struct dmar_tree_op *op, json_int_t *missing, struct dmar_error *err)
+{
+	const struct dmar_node_ops *ops = q->s->ops;
+	void *ctx = q->s->ctx;
+	bool noreplace = op->flags & DMAR_TREE_NOREPLACE;
+	int r;
+	switch (op->kind) {
+	case DMAR_TREE_DIR: {
+		struct dmar_error merr = { 0 };
+		r = ops->mkdir(ctx, op->path, op->mode, &merr);
+		if (r != -EEXIST) {
+			if (r < 0)
+				*err = merr;
+			return r;
+		}
+		/* A directory there already is what was asked for (mkdir -p). */
+		json_t *o = NULL;
+		if (ops->stat(ctx, op->path, &o, err) == 0) {
+			const char *type = json_string_value(json_object_get(o, "type"));
+			r = type && !strcmp(type, "dir") ? 0 : dmar_error_set(err, -EEXIST, "%s exists and is not a directory", op->path);
+		}
+		json_decref(o);
+		return r;
+	}
+	case DMAR_TREE_FILE: {
+		struct dmar_recipe rc;
+		struct dmar_id cid;
+		if ((r = dmar_recipe_parse_cid(op->data, op->data_len, &rc, &cid, err)) < 0)
+			return r;
+		json_t *o = NULL;
+		r = ops->commit(ctx, op->path, &rc, &cid, noreplace, &o, err);
+		if (r == -ENODATA)
+			*missing = json_integer_value(json_object_get(o, "missing_count"));
+		json_decref(o);
+		dmar_recipe_free(&rc);
+		return r;
+	}
+	default: {
+		if (!ops->symlink)
+			return dmar_error_set(err, -ENOTSUP, "this node makes no symlinks");
+		char target[DMAR_TREE_PATH_MAX + 1];
+		memcpy(target, op->data, op->data_len);
+		target[op->data_len] = 0;
+		return ops->symlink(ctx, op->path, target, noreplace, err);
+	}
+	}
+}
+
+/* POST /v1/tree: every chunk of the body is in (stored as it came); check
+ * every operation, then make them in order. */
+enum MHD_Result srv_h_tree(struct req *q)
+{
+	enum MHD_Result ret;
+	struct dmar_tree_op *op = NULL;
+	json_t *errors = NULL;
+	int r;
+	if (q->zstd && !q->zdone) {
+		ret = srv_reply_error(q, -EBADMSG, 0, "zstd body: the frame is truncated");
+		goto out;
+	}
+	if (q->thave < DMAR_TREE_HDR_SIZE || q->len < q->tops_len || !q->tcount) {
+		ret = srv_reply_error(q, -EBADMSG, 0, "tree: the body ends before its operations do");
+		goto out;
+	}
+	if ((r = dmar_batch_parser_finish(q->bp, &q->err)) < 0) {
+		ret = srv_reply_ops_error(q, r);
+		goto out;
+	}
+	if (q->bad_count) {
+		ret = srv_reply_bad_chunks(q);
+		goto out;
+	}
+	if (!(op = malloc(sizeof(*op))) || !(errors = json_array())) {
+		ret = srv_reply_error(q, -ENOMEM, 0, NULL);
+		goto out;
+	}
+	/* All or nothing for the form: a malformed operation anywhere makes
+	 * none. */
+	size_t pos = 0;
+	for (uint32_t k = 0; k < q->tcount; k++)
+		if ((r = dmar_tree_op_parse(q->body, q->len, &pos, k, op, &q->err)) < 0) {
+			ret = srv_reply_ops_error(q, r);
+			goto out;
+		}
+	if (pos != q->len) {
+		ret = srv_reply_error(q, -EBADMSG, 0, "tree: bytes after the last operation");
+		goto out;
+	}
+	uint64_t done = 0;
+	pos = 0;
+	for (uint32_t k = 0; k < q->tcount; k++) {
+		dmar_tree_op_parse(q->body, q->len, &pos, k, op, NULL);
+		struct dmar_error oerr = { 0 };
+		json_int_t missing = -1;
+		r = tree_apply(q, op, &missing, &oerr);
+		if (r == 0) {
+			done++;
+			continue;
+		}
+		json_t *e = json_pack("{s:I, s:s, s:s, s:s}", "op", (json_int_t)k, "path", op->path, "errno",
+				      dmar_wire_errno_name(r), "error", oerr.msg[0] ? oerr.msg : strerror(-r));
+		if (e && missing >= 0)
+			json_object_set_new(e, "missing_count", json_integer(missing));
+		if (e)
+			json_array_append_new(errors, e);
+	}
+	ret = srv_reply_json(q, MHD_HTTP_OK,
+			     json_pack("{s:I, s:I, s:I, s:O, s:I, s:I}", "ops", (json_int_t)q->tcount, "done",
+				       (json_int_t)done, "failed", (json_int_t)(q->tcount - done), "errors", errors,
+				       "received", (json_int_t)q->received, "bytes", (json_int_t)q->bytes));
+out:
+	json_decref(errors);
+	free(op);
+	return ret;
+}

@@ -130,6 +130,7 @@ enum body_kind {
 	BODY_JSON,  /* buffered, at most JSON_BODY_MAX */
 	BODY_BUF,   /* buffered: recipe, id list */
 	BODY_BATCH, /* parsed as it arrives */
+	BODY_TREE,  /* a tree commit: its operations buffered, then a batch parsed as it arrives */
 };
 enum match { MATCH_EXACT, MATCH_TREE, MATCH_ID };
 
@@ -138,6 +139,7 @@ enum match { MATCH_EXACT, MATCH_TREE, MATCH_ID };
 #define CT_IDS "application/octet-stream"
 #define CT_CHUNKS "application/x-dmar-chunks"
 #define CT_JSON "application/json"
+#define CT_TREE "application/x-dmar-tree"
 
 struct req;
 typedef enum MHD_Result (*handler_fn)(struct req *q);
@@ -185,6 +187,12 @@ struct req {
 	uint64_t bad_count;
 	char bad_msg[320];   /* the first one's message */
 
+	/* POST /v1/tree: the header, then the operations (into body), then
+	 * the chunk batch (as POST /v1/chunks) */
+	uint8_t thdr[DMAR_TREE_HDR_SIZE];
+	size_t thave;
+	uint32_t tcount, tops_len;
+
 	char *hello; /* GET /v1/events: the first frame's text */
 };
 
@@ -214,6 +222,7 @@ enum MHD_Result srv_h_mkdir(struct req *q);
 enum MHD_Result srv_h_commit(struct req *q);
 enum MHD_Result srv_h_recipe(struct req *q);
 enum MHD_Result srv_h_transfer(struct req *q);
+enum MHD_Result srv_h_tree(struct req *q);
 
 /* ---- server_chunks.c ---- */
 
@@ -221,6 +230,8 @@ enum MHD_Result srv_h_query(struct req *q);
 int srv_group_flush(struct req *q);
 int srv_on_chunk(void *ctx, const struct dmar_wire_chunk *c);
 int srv_batch_feed(struct req *q, const void *data, size_t len);
+int srv_tree_feed(struct req *q, const void *data, size_t len);
+enum MHD_Result srv_reply_bad_chunks(struct req *q);
 enum MHD_Result srv_h_put_chunks(struct req *q);
 enum MHD_Result srv_h_get_chunk(struct req *q);
 enum MHD_Result srv_h_fetch(struct req *q);

@@ -340,6 +340,114 @@ size_t dmar_wire_chunks_verify(const struct dmar_wire_chunk *c, size_t n, bool *
 	return bad;
 }
 
+/* ---- tree commits ------------------------------------------------------ */
+
+size_t dmar_tree_op_size(size_t path_len, size_t data_len)
+{
+	return (DMAR_TREE_OP_SIZE + path_len + data_len + 7) & ~(size_t)7;
+}
+
+void dmar_tree_write_header(uint8_t out[DMAR_TREE_HDR_SIZE], uint32_t count, uint32_t ops_len)
+{
+	memset(out, 0, DMAR_TREE_HDR_SIZE);
+	memcpy(out, DMAR_TREE_MAGIC, 4);
+	dmar_put_le16(out + 4, DMAR_TREE_VERSION);
+	dmar_put_le32(out + 8, count);
+	dmar_put_le32(out + 12, ops_len);
+}
+
+size_t dmar_tree_write_op(uint8_t *out, const struct dmar_tree_op *op)
+{
+	size_t pl = strlen(op->path), n = dmar_tree_op_size(pl, op->data_len);
+	memset(out, 0, n);
+	out[0] = op->kind;
+	out[1] = op->flags;
+	dmar_put_le16(out + 2, (uint16_t)pl);
+	dmar_put_le32(out + 4, op->mode);
+	dmar_put_le32(out + 8, (uint32_t)op->data_len);
+	memcpy(out + DMAR_TREE_OP_SIZE, op->path, pl);
+	if (op->data_len)
+		memcpy(out + DMAR_TREE_OP_SIZE + pl, op->data, op->data_len);
+	return n;
+}
+
+int dmar_tree_header_parse(const uint8_t in[DMAR_TREE_HDR_SIZE], uint32_t *count, uint32_t *ops_len,
+			   struct dmar_error *err)
+{
+	if (memcmp(in, DMAR_TREE_MAGIC, 4) != 0)
+		return dmar_error_set(err, -EBADMSG, "tree: bad magic (not a tree commit)");
+	if (dmar_get_le16(in + 4) != DMAR_TREE_VERSION)
+		return dmar_error_set(err, -EBADMSG, "tree: version %u (this node reads %u)", dmar_get_le16(in + 4),
+				      DMAR_TREE_VERSION);
+	if (dmar_get_le16(in + 6) != 0)
+		return dmar_error_set(err, -EBADMSG, "tree: flags 0x%x: none are defined", dmar_get_le16(in + 6));
+	uint32_t n = dmar_get_le32(in + 8), len = dmar_get_le32(in + 12);
+	if (n == 0 || n > DMAR_TREE_OPS_MAX)
+		return dmar_error_set(err, -EBADMSG, "tree: %" PRIu32 " operations (1..%u)", n, DMAR_TREE_OPS_MAX);
+	if (len < (uint64_t)n * (DMAR_TREE_OP_SIZE + 8) || len > DMAR_TREE_OPS_BYTES_MAX || len % 8)
+		return dmar_error_set(err, -EBADMSG, "tree: %" PRIu32 " bytes of operations cannot hold %" PRIu32
+				      " (at least 24 each, a multiple of 8, at most %u in all)",
+				      len, n, DMAR_TREE_OPS_BYTES_MAX);
+	*count = n;
+	*ops_len = len;
+	return 0;
+}
+
+int dmar_tree_op_parse(const uint8_t *ops, size_t len, size_t *pos, uint32_t k, struct dmar_tree_op *op,
+		       struct dmar_error *err)
+{
+	size_t at = *pos;
+	if (at > len || len - at < DMAR_TREE_OP_SIZE)
+		return dmar_error_set(err, -EBADMSG, "tree: operation %" PRIu32 ": truncated", k);
+	const uint8_t *h = ops + at;
+	uint8_t kind = h[0], flags = h[1];
+	size_t pl = dmar_get_le16(h + 2), dl = dmar_get_le32(h + 8);
+	uint32_t mode = dmar_get_le32(h + 4);
+	if (kind < DMAR_TREE_DIR || kind > DMAR_TREE_SYMLINK)
+		return dmar_error_set(err, -EBADMSG, "tree: operation %" PRIu32 ": unknown kind %u", k, kind);
+	if (flags & ~(kind == DMAR_TREE_DIR ? 0u : DMAR_TREE_NOREPLACE))
+		return dmar_error_set(err, -EBADMSG, "tree: operation %" PRIu32 ": flags 0x%x", k, flags);
+	if (dmar_get_le32(h + 12) != 0)
+		return dmar_error_set(err, -EBADMSG, "tree: operation %" PRIu32 ": reserved bytes not zero", k);
+	if (pl == 0 || pl > DMAR_TREE_PATH_MAX)
+		return dmar_error_set(err, -EBADMSG, "tree: operation %" PRIu32 ": path of %zu bytes (1..%u)", k, pl,
+				      DMAR_TREE_PATH_MAX);
+	if (kind == DMAR_TREE_DIR ? mode > 07777 : mode != 0)
+		return dmar_error_set(err, -EBADMSG, "tree: operation %" PRIu32 ": mode 0%" PRIo32 "%s", k, mode,
+				      kind == DMAR_TREE_DIR ? " (permission bits only)" : " (only a directory has one)");
+	if (kind == DMAR_TREE_DIR ? dl != 0
+	    : kind == DMAR_TREE_SYMLINK ? dl == 0 || dl > DMAR_TREE_PATH_MAX
+					: dl < DMAR_RECIPE_HDR_SIZE + DMAR_RECIPE_TRAILER_SIZE)
+		return dmar_error_set(err, -EBADMSG, "tree: operation %" PRIu32 ": %zu bytes of %s", k, dl,
+				      kind == DMAR_TREE_DIR ? "data for a directory (none)"
+				      : kind == DMAR_TREE_SYMLINK ? "target (1..4095)"
+								  : "recipe (too short for one)");
+	size_t n = dmar_tree_op_size(pl, dl);
+	if (n > len - at)
+		return dmar_error_set(err, -EBADMSG, "tree: operation %" PRIu32 ": runs past the operations' end", k);
+	const uint8_t *path = h + DMAR_TREE_OP_SIZE, *data = path + pl;
+	if (memchr(path, 0, pl) || (kind == DMAR_TREE_SYMLINK && memchr(data, 0, dl)))
+		return dmar_error_set(err, -EBADMSG, "tree: operation %" PRIu32 ": a NUL byte in its %s", k,
+				      memchr(path, 0, pl) ? "path" : "target");
+	for (size_t i = DMAR_TREE_OP_SIZE + pl + dl; i < n; i++)
+		if (h[i])
+			return dmar_error_set(err, -EBADMSG, "tree: operation %" PRIu32 ": padding not zero", k);
+	memcpy(op->path, path, pl);
+	op->path[pl] = 0;
+	if (op->path[pl - 1] == '/')
+		return dmar_error_set(err, -EBADMSG, "tree: operation %" PRIu32 ": path %s ends in '/'", k, op->path);
+	struct dmar_error perr = { 0 };
+	if (dmar_wire_path_check(op->path, &perr) < 0)
+		return dmar_error_set(err, -EBADMSG, "tree: operation %" PRIu32 ": %s", k, perr.msg);
+	op->kind = kind;
+	op->flags = flags;
+	op->mode = mode;
+	op->data = data;
+	op->data_len = dl;
+	*pos = at + n;
+	return 0;
+}
+
 /* ---- paths and errors --------------------------------------------------- */
 
 int dmar_wire_upload_new(uint64_t *id)
@@ -417,6 +525,7 @@ int dmar_wire_name_check(const char *name, size_t n, bool at_root, struct dmar_e
 	}
 	return 0;
 }
+
 
 int dmar_wire_path_check(const char *path, struct dmar_error *err)
 {

@@ -30,6 +30,31 @@
  *
  * Id list (application/octet-stream): n ids of 32 bytes back to back.
  *
+ * Tree commit (POST /v1/tree, Content-Type: application/x-dmar-tree): many
+ * names made at once -- directories, files from recipes, symlinks -- with
+ * the chunks their files need that the node may lack, in one request.
+ *     header  16 bytes: magic "DMTR", version u16 (1), flags u16 (0),
+ *                       count u32 (1..DMAR_TREE_OPS_MAX), ops_len u32
+ *                       (bytes of the op records, 16..DMAR_TREE_OPS_BYTES_MAX)
+ *     ops_len bytes: count op records, each
+ *        0  1  kind: 1 directory, 2 file, 3 symlink
+ *        1  1  flags: bit 0 no-replace (file, symlink); the others zero
+ *        2  2  path_len: 1..4095
+ *        4  4  mode: a directory's permission bits (0..07777); else 0
+ *        8  4  data_len: file: its recipe (dmar_recipe_write, full form);
+ *                        symlink: the target (1..4095 bytes, no NUL);
+ *                        directory: 0
+ *       12  4  reserved, zero
+ *       16     path (an API path, dmar_wire_path_check; not the root),
+ *              then data, then zero bytes to a multiple of 8
+ *     then a chunk batch (the form above; count may be 0).
+ *   The whole body may be one zstd frame (Content-Encoding: zstd), as an
+ *   upload may: across its small files it compresses like a tar.
+ *   The node stores each chunk as it arrives (verified), then makes the
+ *   names in order, each on its own as the single-name endpoints would
+ *   (a directory that exists is made already); the answer says which
+ *   failed.
+ *
  * Every parser here takes untrusted bytes: it checks each field against
  * the bytes really present and the limits below, never allocates more than
  * those limits allow, and says what was wrong in a struct dmar_error.
@@ -120,6 +145,45 @@ int dmar_wire_chunk_verify(const struct dmar_wire_chunk *c, struct ZSTD_DCtx_s *
  * dmar_wire_chunk_verify words it).  Returns how many are not.
  */
 size_t dmar_wire_chunks_verify(const struct dmar_wire_chunk *c, size_t n, bool *ok, struct dmar_error *err);
+
+/* ---- tree commits ---- */
+
+#define DMAR_TREE_MAGIC "DMTR"
+#define DMAR_TREE_VERSION 1
+#define DMAR_TREE_HDR_SIZE 16
+#define DMAR_TREE_OP_SIZE 16
+#define DMAR_TREE_OPS_MAX 16384
+#define DMAR_TREE_OPS_BYTES_MAX (16u << 20)
+#define DMAR_TREE_PATH_MAX 4095
+
+enum dmar_tree_kind { DMAR_TREE_DIR = 1, DMAR_TREE_FILE = 2, DMAR_TREE_SYMLINK = 3 };
+#define DMAR_TREE_NOREPLACE 1u
+
+struct dmar_tree_op {
+	uint8_t kind;  /* enum dmar_tree_kind */
+	uint8_t flags; /* DMAR_TREE_NOREPLACE */
+	uint32_t mode; /* DMAR_TREE_DIR: permission bits */
+	char path[DMAR_TREE_PATH_MAX + 1]; /* NUL-terminated */
+	const uint8_t *data; /* recipe or symlink target (not NUL-terminated) */
+	size_t data_len;
+};
+
+/* Bytes of an op record with these lengths, padding included. */
+size_t dmar_tree_op_size(size_t path_len, size_t data_len);
+void dmar_tree_write_header(uint8_t out[DMAR_TREE_HDR_SIZE], uint32_t count, uint32_t ops_len);
+/* Write op's record at out (dmar_tree_op_size bytes); how many. */
+size_t dmar_tree_write_op(uint8_t *out, const struct dmar_tree_op *op);
+/* The header: 0 with *count and *ops_len, or -EBADMSG with err. */
+int dmar_tree_header_parse(const uint8_t in[DMAR_TREE_HDR_SIZE], uint32_t *count, uint32_t *ops_len,
+			   struct dmar_error *err);
+/* The op record at *pos of the len bytes at ops into *op (data pointing
+ * into ops), *pos moved past it: 0, or -EBADMSG with err naming the record
+ * (index k) and what is wrong.  Checks every field: kind, flags, reserved
+ * bytes and padding zero, the path by dmar_wire_path_check (not the
+ * root), the mode, data_len for the kind (a file's is only bounded here:
+ * its recipe is the commit's to parse). */
+int dmar_tree_op_parse(const uint8_t *ops, size_t len, size_t *pos, uint32_t k, struct dmar_tree_op *op,
+		       struct dmar_error *err);
 
 /* ---- names shared by server and client ---- */
 

@@ -136,7 +136,23 @@ static int f_transfer(void *ctx, const char *path, const char *to, const char *d
 	return dmar_error_set(err, -EHOSTUNREACH, "no peers here");
 }
 
+static int f_symlink(void *ctx, const char *path, const char *target, bool noreplace, struct dmar_error *err)
+{
+	path_ok(path);
+	if (!target[0] || strlen(target) > 4095)
+		die("symlink: a target the tree commit should have refused:", target);
+	return noreplace ? dmar_error_set(err, -EEXIST, "there") : 0;
+}
+
+static void f_unstage(void *ctx, uint64_t upload)
+{
+	if (!upload)
+		die("unstage of upload 0", NULL);
+}
+
 static const struct dmar_node_ops ops = {
+	.symlink = f_symlink,
+	.unstage = f_unstage,
 	.info = f_info,
 	.stat = f_stat,
 	.remove = f_remove,

@@ -6,7 +6,7 @@
  * configured build directory BUILD:
  *
  *   make -C BUILD codec/libdmarcodec.la net/libdmarnet.la
- *   cc -std=gnu11 -I BUILD -I codec -I net -I tests/fuzz tests/fuzz/gen_corpus.c \
+ *   cc -std=gnu11 -I BUILD -I . -I tests/fuzz tests/fuzz/gen_corpus.c \
  *      BUILD/net/.libs/libdmarnet.a BUILD/codec/.libs/libdmarcodec.a \
  *      -lzstd -lcrypto -lpthread -o /tmp/gen_corpus
  *   /tmp/gen_corpus tests/fuzz/corpus
@@ -882,6 +882,68 @@ static void gen_peers(void)
 	put_peers("bad-long-line", line);
 }
 
+/* ---- tree commits: header + operations (fuzz_tree) ---- */
+
+struct tseed {
+	uint8_t b[8192];
+	size_t len;
+	uint32_t n;
+};
+
+static void ts_op(struct tseed *t, uint8_t kind, uint8_t flags, uint32_t mode, const char *path, const void *data,
+		  size_t len)
+{
+	static struct dmar_tree_op op;
+	op = (struct dmar_tree_op){ .kind = kind, .flags = flags, .mode = mode, .data = data, .data_len = len };
+	snprintf(op.path, sizeof(op.path), "%s", path);
+	t->len += dmar_tree_write_op(t->b + DMAR_TREE_HDR_SIZE + t->len, &op);
+	t->n++;
+}
+
+static void put_tree(const char *name, struct tseed *t)
+{
+	dmar_tree_write_header(t->b, t->n, (uint32_t)t->len);
+	size_t pos = 0;
+	int bad = 0;
+	static struct dmar_tree_op op;
+	for (uint32_t k = 0; k < t->n && !bad; k++)
+		bad = dmar_tree_op_parse(t->b + DMAR_TREE_HDR_SIZE, t->len, &pos, k, &op, NULL) < 0;
+	if (bad != is_bad(name)) {
+		fprintf(stderr, "gen_corpus: tree seed %s: parse %s\n", name, bad ? "refused" : "accepted");
+		exit(1);
+	}
+	put("tree", name, t->b, DMAR_TREE_HDR_SIZE + t->len);
+}
+
+static void gen_tree(void)
+{
+	struct dmar_recipe_entry e = { .kind = DMAR_RECIPE_CHUNK, .len = 5 };
+	dmar_hash("hello", 5, &e.id);
+	struct dmar_recipe r = { .size = 5, .mode = 0644, .mtime_sec = 1700000000, .n = 1, .e = &e };
+	uint8_t rb[256];
+	dmar_recipe_write(&r, rb, NULL);
+	size_t rl = dmar_recipe_wire_size(1);
+	struct tseed t = { 0 };
+	ts_op(&t, DMAR_TREE_DIR, 0, 0755, "d", NULL, 0);
+	ts_op(&t, DMAR_TREE_FILE, 0, 0, "d/f", rb, rl);
+	ts_op(&t, DMAR_TREE_SYMLINK, DMAR_TREE_NOREPLACE, 0, "d/l", "f", 1);
+	ts_op(&t, DMAR_TREE_DIR, 0, 0700, "d/e", NULL, 0);
+	put_tree("mixed", &t);
+	t = (struct tseed){ 0 };
+	ts_op(&t, DMAR_TREE_FILE, DMAR_TREE_NOREPLACE, 0, "a/b/c.txt", rb, rl);
+	put_tree("one-file", &t);
+	t = (struct tseed){ 0 };
+	ts_op(&t, DMAR_TREE_DIR, 0, 0755, "@x", NULL, 0);
+	put_tree("bad-at-root", &t);
+	t = (struct tseed){ 0 };
+	ts_op(&t, DMAR_TREE_SYMLINK, 0, 0, "s", "../t", 4);
+	t.b[DMAR_TREE_HDR_SIZE + 12] = 1; /* reserved */
+	put_tree("bad-reserved", &t);
+	t = (struct tseed){ 0 };
+	ts_op(&t, DMAR_TREE_FILE, 0, 0, "f", rb, 20); /* shorter than a recipe */
+	put_tree("bad-short-recipe", &t);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 2) {
@@ -896,6 +958,7 @@ int main(int argc, char **argv)
 	gen_recipe();
 	gen_batch();
 	gen_peers();
+	gen_tree();
 	printf("gen_corpus: %u files in %s\n", nfiles, outdir);
 	return 0;
 }

@@ -1316,6 +1316,137 @@ static void test_errno_names(void **state)
 	assert_int_equal(dmar_wire_http_status(0), 500);
 }
 
+/* ---- tree commits ---- */
+
+static size_t tree_put(uint8_t *b, uint8_t kind, uint8_t flags, uint32_t mode, const char *path, const char *data,
+		       size_t len)
+{
+	struct dmar_tree_op *op = calloc(1, sizeof(*op));
+	assert_non_null(op);
+	*op = (struct dmar_tree_op){ .kind = kind, .flags = flags, .mode = mode, .data = (const uint8_t *)data,
+				     .data_len = len };
+	snprintf(op->path, sizeof(op->path), "%s", path);
+	size_t n = dmar_tree_write_op(b, op);
+	assert_int_equal(n, dmar_tree_op_size(strlen(path), len));
+	assert_int_equal(n % 8, 0);
+	free(op);
+	return n;
+}
+
+/* One record at b (n bytes): the parse's result, message in err. */
+static int tree_one(const uint8_t *b, size_t n, struct dmar_tree_op *op, struct dmar_error *err)
+{
+	size_t pos = 0;
+	memset(err, 0, sizeof(*err));
+	return dmar_tree_op_parse(b, n, &pos, 0, op, err);
+}
+
+static void test_tree_ops(void **state)
+{
+	(void)state;
+	uint8_t b[8192], hdr[DMAR_TREE_HDR_SIZE];
+	struct dmar_tree_op *op = malloc(sizeof(*op));
+	assert_non_null(op);
+	struct dmar_error err = { 0 };
+	char recipe[DMAR_RECIPE_HDR_SIZE + DMAR_RECIPE_TRAILER_SIZE] = { 0 };
+
+	/* Round trips of each kind, and the walk over several. */
+	size_t n = tree_put(b, DMAR_TREE_DIR, 0, 0750, "a", NULL, 0);
+	n += tree_put(b + n, DMAR_TREE_FILE, DMAR_TREE_NOREPLACE, 0, "a/f", recipe, sizeof(recipe));
+	n += tree_put(b + n, DMAR_TREE_SYMLINK, 0, 0, "a/l", "f", 1);
+	size_t pos = 0;
+	assert_int_equal(dmar_tree_op_parse(b, n, &pos, 0, op, &err), 0);
+	assert_int_equal(op->kind, DMAR_TREE_DIR);
+	assert_int_equal(op->mode, 0750);
+	assert_string_equal(op->path, "a");
+	assert_int_equal(dmar_tree_op_parse(b, n, &pos, 1, op, &err), 0);
+	assert_int_equal(op->kind, DMAR_TREE_FILE);
+	assert_int_equal(op->flags, DMAR_TREE_NOREPLACE);
+	assert_int_equal(op->data_len, sizeof(recipe));
+	assert_int_equal(dmar_tree_op_parse(b, n, &pos, 2, op, &err), 0);
+	assert_string_equal(op->path, "a/l");
+	assert_memory_equal(op->data, "f", 1);
+	assert_int_equal(pos, n);
+	assert_int_equal(err.code, 0);
+	assert_int_equal(dmar_tree_op_parse(b, n, &pos, 3, op, &err), -EBADMSG);
+	assert_non_null(strstr(err.msg, "operation 3: truncated"));
+
+	/* Headers. */
+	dmar_tree_write_header(hdr, 3, (uint32_t)n);
+	uint32_t count, len;
+	memset(&err, 0, sizeof(err));
+	assert_int_equal(dmar_tree_header_parse(hdr, &count, &len, &err), 0);
+	assert_int_equal(count, 3);
+	assert_int_equal(len, n);
+	static const struct {
+		uint32_t count, len;
+		const char *msg;
+	} badh[] = { { 0, 24, "0 operations" },
+		     { DMAR_TREE_OPS_MAX + 1, 24u * (DMAR_TREE_OPS_MAX + 1), "operations (1.." },
+		     { 2, 24, "cannot hold 2" },
+		     { 1, 28, "a multiple of 8" },
+		     { 1, DMAR_TREE_OPS_BYTES_MAX + 8, "at most" } };
+	for (size_t k = 0; k < sizeof(badh) / sizeof(badh[0]); k++) {
+		dmar_tree_write_header(hdr, badh[k].count, badh[k].len);
+		memset(&err, 0, sizeof(err));
+		assert_int_equal(dmar_tree_header_parse(hdr, &count, &len, &err), -EBADMSG);
+		if (!strstr(err.msg, badh[k].msg))
+			fail_msg("header %zu: \"%s\", expected \"%s\"", k, err.msg, badh[k].msg);
+	}
+	dmar_tree_write_header(hdr, 1, 24);
+	hdr[0] = 'X';
+	assert_int_equal(dmar_tree_header_parse(hdr, &count, &len, &err), -EBADMSG);
+	dmar_tree_write_header(hdr, 1, 24);
+	hdr[4] = 2;
+	assert_int_equal(dmar_tree_header_parse(hdr, &count, &len, &err), -EBADMSG);
+
+	/* Hostile records: each refused with a message that says why. */
+	n = tree_put(b, DMAR_TREE_DIR, 0, 0755, "d", NULL, 0);
+	b[0] = 9;
+	assert_int_equal(tree_one(b, n, op, &err), -EBADMSG);
+	assert_non_null(strstr(err.msg, "unknown kind 9"));
+	n = tree_put(b, DMAR_TREE_DIR, DMAR_TREE_NOREPLACE, 0755, "d", NULL, 0);
+	assert_int_equal(tree_one(b, n, op, &err), -EBADMSG);
+	assert_non_null(strstr(err.msg, "flags"));
+	n = tree_put(b, DMAR_TREE_DIR, 0, 010000, "d", NULL, 0);
+	assert_int_equal(tree_one(b, n, op, &err), -EBADMSG);
+	assert_non_null(strstr(err.msg, "mode"));
+	n = tree_put(b, DMAR_TREE_SYMLINK, 0, 0644, "d", "x", 1);
+	assert_int_equal(tree_one(b, n, op, &err), -EBADMSG);
+	assert_non_null(strstr(err.msg, "only a directory has one"));
+	n = tree_put(b, DMAR_TREE_DIR, 0, 0755, "d", NULL, 0);
+	b[12] = 1;
+	assert_int_equal(tree_one(b, n, op, &err), -EBADMSG);
+	assert_non_null(strstr(err.msg, "reserved"));
+	n = tree_put(b, DMAR_TREE_DIR, 0, 0755, "d", NULL, 0);
+	b[n - 1] = 1;
+	assert_int_equal(tree_one(b, n, op, &err), -EBADMSG);
+	assert_non_null(strstr(err.msg, "padding"));
+	n = tree_put(b, DMAR_TREE_SYMLINK, 0, 0, "s", "a\0b", 3);
+	assert_int_equal(tree_one(b, n, op, &err), -EBADMSG);
+	assert_non_null(strstr(err.msg, "NUL byte in its target"));
+	n = tree_put(b, DMAR_TREE_DIR, 0, 0755, "d/", NULL, 0);
+	assert_int_equal(tree_one(b, n, op, &err), -EBADMSG);
+	assert_non_null(strstr(err.msg, "ends in '/'"));
+	static const char *const badpaths[] = { "@p", "/abs", "a//b", "a/../b", "x\ny" };
+	for (size_t k = 0; k < sizeof(badpaths) / sizeof(badpaths[0]); k++) {
+		n = tree_put(b, DMAR_TREE_DIR, 0, 0755, badpaths[k], NULL, 0);
+		if (tree_one(b, n, op, &err) != -EBADMSG)
+			fail_msg("path \"%s\" accepted", badpaths[k]);
+	}
+	n = tree_put(b, DMAR_TREE_FILE, 0, 0, "f", recipe, 10);
+	assert_int_equal(tree_one(b, n, op, &err), -EBADMSG);
+	assert_non_null(strstr(err.msg, "too short"));
+	n = tree_put(b, DMAR_TREE_DIR, 0, 0755, "d", "x", 1);
+	assert_int_equal(tree_one(b, n, op, &err), -EBADMSG);
+	/* A record that claims more than is there. */
+	n = tree_put(b, DMAR_TREE_SYMLINK, 0, 0, "s", "target", 6);
+	assert_int_equal(tree_one(b, n - 8, op, &err), -EBADMSG);
+	assert_non_null(strstr(err.msg, "runs past"));
+	assert_int_equal(tree_one(b, 10, op, &err), -EBADMSG);
+	free(op);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1342,6 +1473,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_verify_batch, verify_setup, verify_teardown),
 		cmocka_unit_test(test_path_check),
 		cmocka_unit_test(test_errno_names),
+		cmocka_unit_test(test_tree_ops),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
