@@ -20,8 +20,11 @@
 #include <sys/uio.h>
 #include <time.h>
 
+#include <zstd.h>
+
 #include "fs_i.h"
 #include "node.h"
+#include "codec/idset.h"
 #include "net/peers.h"
 #include "net/server.h"
 
@@ -557,6 +560,66 @@ static int op_mkdir(void *ctx, const char *path, uint32_t mode, struct dmar_erro
 	return r;
 }
 
+/* A tree commit's symlink.  Replacing goes through a temporary name and
+ * a rename over the old one, so the name is never missing on the way. */
+static int op_symlink(void *ctx, const char *path, const char *target, bool noreplace, struct dmar_error *err)
+{
+	struct dmarfs_node *n = ctx;
+	struct dmarfs *fs = n->fs;
+	char leaf[256];
+	struct inode *d, *i;
+	int r = ns_walk_parent(fs, path, &d, leaf);
+	if (r < 0)
+		return r;
+	pthread_rwlock_rdlock(&d->lock);
+	uid_t uid = d->uid;
+	gid_t gid = d->gid;
+	pthread_rwlock_unlock(&d->lock);
+	if (!leaf[0]) {
+		r = -EEXIST;
+		goto out;
+	}
+	r = ns_make(fs, d, leaf, S_IFLNK | 0777, 0, target, uid, gid, &i);
+	if (r == -EEXIST && !noreplace) {
+		struct inode *old;
+		if ((r = ns_lookup(fs, d, leaf, &old)) < 0)
+			goto out;
+		bool dir = S_ISDIR(old->mode);
+		unhold(fs, old);
+		if (dir) {
+			r = dmar_error_set(err, -EISDIR, "%s is a directory", path);
+			goto out;
+		}
+		uint64_t rnd;
+		char tmp[40];
+		if ((r = dmar_wire_upload_new(&rnd)) < 0)
+			goto out;
+		snprintf(tmp, sizeof(tmp), ".dmar-symlink.%016" PRIx64, rnd);
+		if ((r = ns_make(fs, d, tmp, S_IFLNK | 0777, 0, target, uid, gid, &i)) == 0 &&
+		    (r = ns_rename(fs, d, tmp, d, leaf, 0, uid, gid)) < 0) {
+			unhold(fs, i);
+			ns_remove(fs, d, tmp, NS_FILE);
+		}
+	}
+	if (r == 0) {
+		unhold(fs, i);
+		inval(fs, nodeid(fs, d), leaf);
+	} else if (r == -ENOSPC) {
+		dmar_error_set(err, r, "no inode left (nr_inodes), or no room to record it");
+	}
+out:
+	unhold(fs, d);
+	return r;
+}
+
+static void op_unstage(void *ctx, uint64_t upload)
+{
+	struct dmarfs_node *n = ctx;
+	pthread_mutex_lock(&n->stage_lock);
+	stage_sweep(n, 0, 0, upload);
+	pthread_mutex_unlock(&n->stage_lock);
+}
+
 static int op_have(void *ctx, const struct dmar_id *ids, size_t cnt, uint8_t *missing, struct dmar_error *err)
 {
 	(void)err;
@@ -844,6 +907,8 @@ static const struct dmar_node_ops node_ops = {
 	.recipe = op_recipe,
 	.get_chunk = op_get_chunk,
 	.transfer = op_transfer,
+	.symlink = op_symlink,
+	.unstage = op_unstage,
 };
 
 /* ---- shipping ------------------------------------------------------------ */
@@ -934,6 +999,79 @@ static void on_progress(void *ctx, const struct dmar_xfer_stats *st)
 		dmar_server_event(p->n->server, ev);
 }
 
+/* Files up to this size are shipped as one tree commit carrying every
+ * chunk: for them the round trips of have/want and commit cost more than
+ * the bytes the peer might already hold (cp -r of a tree of small files
+ * into @b/ made 3.6 requests a file). */
+#define SHIP_INLINE_MAX (256u << 10)
+
+/* r's distinct chunks, raw, into b (the peer gets them whether it holds
+ * them or not). */
+static int add_chunks(struct dmarfs_node *n, struct dmar_tree_body *b, const struct dmar_recipe *r,
+		      struct dmar_error *err)
+{
+	struct dmar_idset set;
+	int ret = dmar_idset_init(&set, r->n ? r->n : 1);
+	uint8_t *plain = NULL;
+	ZSTD_DCtx *dz = NULL;
+	for (size_t i = 0; ret == 0 && i < r->n; i++) {
+		bool added;
+		if (r->e[i].kind != DMAR_RECIPE_CHUNK || dmar_idset_add(&set, &r->e[i].id, &added) < 0 || !added)
+			continue;
+		struct dmar_wire_chunk w;
+		if ((ret = src_get(n, &r->e[i].id, 0, &w)) < 0) {
+			dmar_error_set(err, ret, "ship: a chunk of the file: %s", strerror(-ret));
+			break;
+		}
+		const uint8_t *p = w.payload;
+		if (w.enc == DMAR_WIRE_ZSTD) {
+			if ((!plain && !(plain = malloc(DMAR_WIRE_CHUNK_MAX))) || (!dz && !(dz = ZSTD_createDCtx())))
+				ret = -ENOMEM;
+			else if (dmar_wire_chunk_verify(&w, dz, plain, &p, err) < 0)
+				ret = -EIO;
+		}
+		if (ret == 0)
+			ret = dmar_tree_body_chunk(b, &w.id, p, w.len);
+		src_put(n, &w);
+	}
+	free(plain);
+	ZSTD_freeDCtx(dz);
+	dmar_idset_free(&set);
+	return ret;
+}
+
+/* A small file as one tree commit: its operation and every chunk. */
+static int ship_inline(struct dmarfs_node *n, struct dmar_client *cl, const char *dest, const struct dmar_recipe *r,
+		       unsigned flags, struct dmar_xfer_stats *st, struct dmar_error *err)
+{
+	struct dmar_tree_body *b = NULL;
+	struct dmar_tree_op *op = malloc(sizeof(*op));
+	size_t rlen = dmar_recipe_wire_size(r->n);
+	uint8_t *rb = malloc(rlen);
+	int ret = -ENOMEM;
+	if (!op || !rb || dmar_tree_body_new(&b) < 0)
+		goto out;
+	dmar_recipe_write(r, rb, NULL);
+	*op = (struct dmar_tree_op){ .kind = DMAR_TREE_FILE, .flags = flags & DMAR_PUSH_NOREPLACE ? DMAR_TREE_NOREPLACE : 0,
+				     .data = rb, .data_len = rlen };
+	if (snprintf(op->path, sizeof(op->path), "%s", dest) >= (int)sizeof(op->path)) {
+		ret = dmar_error_set(err, -ENAMETOOLONG, "%s: path too long", dest);
+		goto out;
+	}
+	if ((ret = dmar_tree_body_op(b, op)) < 0 || (ret = add_chunks(n, b, r, err)) < 0)
+		goto out;
+	int status = 0;
+	ret = dmar_client_tree(cl, b, &status, st, err);
+	if (ret > 0)
+		ret = status;
+	st->logical = r->size;
+out:
+	dmar_tree_body_free(b);
+	free(rb);
+	free(op);
+	return ret;
+}
+
 int dmarfs_node_ship(struct dmarfs_node *n, const char *to, const char *src, const char *dest,
 		     const struct dmar_recipe *r, const struct dmar_id *cid, unsigned flags, struct dmar_xfer_stats *st,
 		     struct dmar_error *err)
@@ -953,7 +1091,14 @@ int dmarfs_node_ship(struct dmarfs_node *n, const char *to, const char *src, con
 			dmar_server_event(n->server, ev);
 	}
 	struct dmar_chunk_source cs = { .get = src_get, .put = src_put, .ctx = n };
-	int rc = dmar_client_push(cl, dest, r, cid, &cs, flags, p.base ? on_progress : NULL, &p, st, err);
+	int rc = -ENOENT;
+	struct dmar_error terr = { 0 };
+	/* A peer without tree commits (404, or 415/501) gets the push. */
+	if (r->size <= SHIP_INLINE_MAX && !(flags & DMAR_PUSH_CONTENT_FIRST) &&
+	    (rc = ship_inline(n, cl, dest, r, flags, st, &terr)) != -ENOENT && rc != -ENOTSUP && err)
+		*err = terr;
+	if (rc == -ENOENT || rc == -ENOTSUP)
+		rc = dmar_client_push(cl, dest, r, cid, &cs, flags, p.base ? on_progress : NULL, &p, st, err);
 	json_t *ev = p.base ? xfer_event(rc < 0 ? "transfer.failed" : "transfer.done", p.base, st) : NULL;
 	if (ev && rc < 0) {
 		json_object_set_new(ev, "error", json_string(err && err->msg[0] ? err->msg : strerror(-rc)));

@@ -77,7 +77,7 @@ struct rinode {
 	double idle_since;      /* loaded and not open since (monotonic seconds) */
 	struct dmar_file f;
 	struct rnames *names;   /* a directory's entries as the peer last listed them, or NULL */
-	atomic_ulong *names_gen; /* the remote's: bumped by every change this host makes at a peer */
+	struct dmarfs_remote *rm; /* the remote's: its names_gen and changes */
 };
 
 /*
@@ -87,10 +87,17 @@ struct rinode {
  * request.  `cp f @b/dir/new` asked the peer for dir, then for new (absent);
  * now the first answer says both, and `ls -l` costs one request, not one
  * an entry.  Any change this host makes at a peer (create, mkdir, remove,
- * a ship) bumps the remote's names_gen once it is done, and a listing
- * holds only while names_gen is what it was before the listing was asked
- * for: a listing never hides this host's own changes.
+ * a ship) bumps the remote's names_gen once it is done and notes the path
+ * it changed (the last CHANGES_KEPT of them); a listing then holds for
+ * every name but those changed since it was asked for, and for none once
+ * more changes came than are kept: a listing never hides this host's own
+ * changes, and a tree copied into @b/ (a ship a file) still finds each
+ * next name absent in its directory's listing without asking.  A
+ * directory this host makes starts with an empty listing; one whose
+ * listing timed out is listed again at the next lookup in it (one request
+ * a second for a directory being filled, not one a name).
  */
+#define CHANGES_KEPT 64
 struct rnames {
 	json_t *entries; /* the peer's array of stat objects with "name" (a reference) */
 	double at;       /* when it was fetched (monotonic seconds) */
@@ -126,6 +133,12 @@ struct dmarfs_remote {
 	} neg[RNEG_SLOTS];
 	unsigned neg_next;
 	atomic_ulong names_gen; /* see struct rnames */
+	pthread_mutex_t changes_lock;
+	struct {
+		struct dmar_client *cl;
+		char *path;
+		unsigned long gen;
+	} changes[CHANGES_KEPT]; /* slot gen % CHANGES_KEPT; protected by changes_lock */
 	uint64_t next_ino;      /* atomic */
 };
 
@@ -199,7 +212,7 @@ static struct rinode *rinode_new(struct dmarfs_remote *rm, struct dmar_client *c
 		return NULL;
 	}
 	ri->kind = INODE_REMOTE;
-	ri->names_gen = &rm->names_gen;
+	ri->rm = rm;
 	ri->cl = cl;
 	ri->peer = peer;
 	ri->st_ino = RINO_BASE + __atomic_add_fetch(&rm->next_ino, 1, __ATOMIC_RELAXED);
@@ -379,13 +392,44 @@ static void names_set(struct rinode *d, json_t *entries, double at, unsigned lon
 	d->names = l;
 }
 
+/* Whether this host changed d/name since generation gen (or may have:
+ * more changes came than are kept). */
+static bool changed_since(struct rinode *d, const char *name, unsigned long gen)
+{
+	struct dmarfs_remote *rm = d->rm;
+	unsigned long now = atomic_load(&rm->names_gen);
+	if (now == gen)
+		return false;
+	if (now - gen > CHANGES_KEPT)
+		return true;
+	size_t dl = strlen(d->path);
+	bool hit = false;
+	pthread_mutex_lock(&rm->changes_lock);
+	for (unsigned long g = gen + 1; g <= now && !hit; g++) {
+		const char *p = rm->changes[g % CHANGES_KEPT].path;
+		/* A slot not written yet (its change is under way) counts. */
+		hit = rm->changes[g % CHANGES_KEPT].gen != g ||
+		      (rm->changes[g % CHANGES_KEPT].cl == d->cl && p &&
+		       (dl ? !strncmp(p, d->path, dl) && p[dl] == '/' && !strcmp(p + dl + 1, name) : !strcmp(p, name)));
+	}
+	pthread_mutex_unlock(&rm->changes_lock);
+	return hit;
+}
+
+/* Whether d has a listing that timed out (a new one is worth asking
+ * for).  d->lock held. */
+static bool names_stale(const struct rinode *d)
+{
+	return d->names && mono() - d->names->at >= RENTRY_TIMEOUT;
+}
+
 /* What d's names say of name: 1 and *o (a new reference, *at when it was
- * fetched) if listed, 0 if absent, -1 if d has no fresh names.  d->lock
- * held. */
+ * fetched) if listed, 0 if absent, -1 if d has no fresh names or this
+ * host changed name since they came.  d->lock held. */
 static int names_find(struct rinode *d, const char *name, json_t **o, double *at)
 {
 	struct rnames *l = d->names;
-	if (!l || mono() - l->at >= RENTRY_TIMEOUT || atomic_load(d->names_gen) != l->gen)
+	if (!l || mono() - l->at >= RENTRY_TIMEOUT || changed_since(d, name, l->gen))
 		return -1;
 	const char *key = name;
 	__typeof__(l->e) hit = l->n ? bsearch(&key, l->e, l->n, sizeof(*l->e), name_cmp) : NULL;
@@ -396,10 +440,19 @@ static int names_find(struct rinode *d, const char *name, json_t **o, double *at
 	return 1;
 }
 
-/* This host changed something at a peer: no listing taken before holds. */
-static void names_changed(struct dmarfs_remote *rm)
+/* This host changed path at peer cl (made, removed, shipped: done or
+ * failed): listings taken before no longer hold for that name. */
+static void names_changed(struct dmarfs_remote *rm, struct dmar_client *cl, const char *path)
 {
-	atomic_fetch_add(&rm->names_gen, 1);
+	char *copy = strdup(path);
+	pthread_mutex_lock(&rm->changes_lock);
+	unsigned long g = atomic_fetch_add(&rm->names_gen, 1) + 1;
+	unsigned k = (unsigned)(g % CHANGES_KEPT);
+	free(rm->changes[k].path);
+	rm->changes[k].cl = cl;
+	rm->changes[k].path = copy; /* NULL (no memory): matches nothing, but the gen is there */
+	rm->changes[k].gen = copy ? g : 0;
+	pthread_mutex_unlock(&rm->changes_lock);
 }
 
 /* "dir/name", or "name" under the peer's root.  NULL on ENOMEM. */
@@ -453,7 +506,7 @@ static int refresh(struct rinode *ri, bool force, struct dmar_error *err)
 	if (!force && ri->st_at && mono() - ri->st_at < RATTR_TIMEOUT)
 		return 0;
 	json_t *o = NULL;
-	unsigned long gen = atomic_load(ri->names_gen);
+	unsigned long gen = atomic_load(&ri->rm->names_gen);
 	int r = dmar_client_stat(ri->cl, ri->path, &o, err);
 	if (r < 0)
 		return r;
@@ -656,7 +709,7 @@ static int ship(struct dmarfs *fs, struct rinode *ri)
 	struct dmar_xfer_stats st;
 	r = dmarfs_node_ship(fs->remote->node, ri->peer, "(write)", ri->path, &rc, &cid,
 			     known ? DMAR_PUSH_CONTENT_FIRST : 0, &st, &err);
-	names_changed(fs->remote); /* even a failed push may have changed the peer */
+	names_changed(fs->remote, ri->cl, ri->path); /* even a failed push may have changed the peer */
 	if (!r) {
 		ri->dirty = false;
 		ri->loaded_size = rc.size;
@@ -706,7 +759,16 @@ static void r_lookup(fuse_req_t req, struct rinode *d, const char *name)
 	if (!ri) {
 		pthread_rwlock_rdlock(&d->lock);
 		in_names = names_find(d, name, &listed, &listed_at);
+		bool stale = in_names < 0 && names_stale(d);
 		pthread_rwlock_unlock(&d->lock);
+		if (stale) {
+			/* One listing answers this name and the next ones. */
+			struct dmar_error lerr = { 0 };
+			pthread_rwlock_wrlock(&d->lock);
+			if (names_stale(d) && refresh(d, true, &lerr) == 0)
+				in_names = names_find(d, name, &listed, &listed_at);
+			pthread_rwlock_unlock(&d->lock);
+		}
 	}
 	if (!ri && (in_names == 0 || (in_names < 0 && neg_hit(fs->remote, d->cl, path)))) {
 		free(path);
@@ -841,7 +903,7 @@ static void r_mkdir(fuse_req_t req, struct rinode *d, const char *name, mode_t m
 		return;
 	}
 	int r = dmar_client_mkdir(d->cl, path, mode & 07777 & ~fuse_req_ctx(req)->umask, &err);
-	names_changed(fs->remote);
+	names_changed(fs->remote, d->cl, path);
 	struct rinode *ri = r < 0 ? NULL : rinode_new(fs->remote, d->cl, d->peer, path);
 	free(path);
 	if (r < 0) {
@@ -883,7 +945,7 @@ static void r_remove(fuse_req_t req, struct rinode *d, const char *name, bool di
 			r = -EISDIR;
 		else {
 			r = dmar_client_remove(d->cl, path, &err);
-			names_changed(FS(req)->remote);
+			names_changed(FS(req)->remote, d->cl, path);
 		}
 	}
 	json_decref(o);
@@ -892,6 +954,57 @@ static void r_remove(fuse_req_t req, struct rinode *d, const char *name, bool di
 		reply_error(req, d, name, dir ? "rmdir" : "unlink", r, &err);
 	else
 		fuse_reply_err(req, -r);
+}
+
+/* symlink(2) at a peer: a tree commit of that one name (no-replace, as
+ * symlink(2) is). */
+static void r_symlink(fuse_req_t req, const char *link, struct rinode *d, const char *name)
+{
+	struct dmarfs *fs = FS(req);
+	struct dmar_error err = { 0 };
+	struct dmar_tree_body *b = NULL;
+	struct dmar_tree_op *op = malloc(sizeof(*op));
+	char *path = join(d->path, name);
+	size_t tl = strlen(link);
+	int r = -ENOMEM, status = 0;
+	if (!op || !path || dmar_tree_body_new(&b) < 0)
+		goto out;
+	if (!tl || tl > DMAR_TREE_PATH_MAX || strlen(path) > DMAR_TREE_PATH_MAX) {
+		r = -ENAMETOOLONG;
+		goto out;
+	}
+	*op = (struct dmar_tree_op){ .kind = DMAR_TREE_SYMLINK, .flags = DMAR_TREE_NOREPLACE,
+				     .data = (const uint8_t *)link, .data_len = tl };
+	snprintf(op->path, sizeof(op->path), "%s", path);
+	if ((r = dmar_tree_body_op(b, op)) < 0)
+		goto out;
+	r = dmar_client_tree(d->cl, b, &status, NULL, &err);
+	names_changed(fs->remote, d->cl, path);
+	if (r > 0)
+		r = status;
+	if (r < 0)
+		goto out;
+	struct rinode *ri = rinode_new(fs->remote, d->cl, d->peer, path);
+	if (!ri || !(ri->target = strdup(link))) {
+		if (ri)
+			rinode_free(fs, ri);
+		r = -ENOMEM;
+		goto out;
+	}
+	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+	ri->st = (struct stat){ .st_ino = ri->st_ino, .st_mode = S_IFLNK | 0777, .st_nlink = 1, .st_size = (off_t)tl,
+				.st_uid = ctx->uid, .st_gid = ctx->gid, .st_blksize = 4096 };
+	ri->st.st_atim = ri->st.st_mtim = ri->st.st_ctim = ns_now();
+	ri->st_at = mono();
+	rinode_hash(fs->remote, ri);
+	reply_rentry(req, fs, ri, NULL);
+	r = 1;
+out:
+	free(op);
+	dmar_tree_body_free(b);
+	if (r < 0)
+		reply_error(req, d, name, "symlink", r, &err);
+	free(path);
 }
 
 static void r_create(fuse_req_t req, struct rinode *d, const char *name, mode_t mode, struct fuse_file_info *fi)
@@ -1024,7 +1137,7 @@ static void r_opendir(fuse_req_t req, struct rinode *ri, struct fuse_file_info *
 	struct dmarfs *fs = FS(req);
 	struct dmar_error err = { 0 };
 	json_t *o = NULL;
-	unsigned long gen = atomic_load(ri->names_gen);
+	unsigned long gen = atomic_load(&ri->rm->names_gen);
 	int r = dmar_client_stat(ri->cl, ri->path, &o, &err);
 	if (r < 0) {
 		reply_error(req, ri, NULL, "opendir", r, &err);
@@ -1309,8 +1422,7 @@ static void w_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const
 {
 	if (root_peer_name(FS(req), parent, name))
 		return (void)fuse_reply_err(req, EEXIST);
-	/* The API has no symlinks to create. */
-	DISPATCH(parent, ((void)ri, fuse_reply_err(req, EPERM)), L()->symlink(req, link, parent, name));
+	DISPATCH(parent, r_symlink(req, link, ri, name), L()->symlink(req, link, parent, name));
 }
 
 static void w_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent, const char *newname,
@@ -1610,6 +1722,7 @@ int dmarfs_remote_new(struct dmarfs *fs, struct dmarfs_node *node, const char *v
 	rm->fs = fs;
 	rm->node = node;
 	pthread_mutex_init(&rm->lock, NULL);
+	pthread_mutex_init(&rm->changes_lock, NULL);
 	size_t np = dmarfs_node_peer_count(node);
 	if (np && !(rm->roots = calloc(np, sizeof(*rm->roots)))) {
 		free(rm);
@@ -1658,6 +1771,9 @@ void dmarfs_remote_free(struct dmarfs *fs)
 	for (unsigned k = 0; k < RNEG_SLOTS; k++)
 		free(rm->neg[k].path);
 	free(rm->roots);
+	for (unsigned k = 0; k < CHANGES_KEPT; k++)
+		free(rm->changes[k].path);
+	pthread_mutex_destroy(&rm->changes_lock);
 	pthread_mutex_destroy(&rm->lock);
 	free(rm);
 	fs->remote = NULL;

@@ -37,6 +37,7 @@
 #include "dmarfs/fs.h"
 #include "dmarfs/node.h"
 #include "dmarfs/ns.h"
+#include "net/client.h"
 
 /* Requests and replies stay under what a SEQPACKET message may carry. */
 #define IO_MAX (64u << 10)
@@ -544,6 +545,21 @@ static void test_names(void **state)
 	assert_null(b_file(&p->b, "d/f", &got));
 	assert_int_equal(KCALL(&p->k, NULL, FUSE_RMDIR, p->at_b, "d", (size_t)2), 0);
 	assert_int_equal(ns_walk(p->b.fs, "d", &i), -ENOENT);
+	/* A symlink under @b: made at b by a tree commit, and read back. */
+	size_t n2;
+	assert_int_equal(KCALL(&p->k, &n2, FUSE_SYMLINK, p->at_b, "sl", (size_t)3, "d/f", (size_t)4), 0);
+	struct fuse_entry_out se;
+	memcpy(&se, p->k.buf, sizeof(se));
+	assert_int_equal(se.attr.mode & S_IFMT, S_IFLNK);
+	assert_int_equal(ns_walk(p->b.fs, "sl", &i), 0);
+	assert_true(S_ISLNK(i->mode));
+	assert_string_equal(i->target, "d/f");
+	ns_forget(p->b.fs, i, 1);
+	assert_int_equal(KCALL(&p->k, &n2, FUSE_READLINK, se.nodeid, NULL, (size_t)0 ), 0);
+	assert_int_equal(n2, 3);
+	assert_memory_equal(p->k.buf, "d/f", 3);
+	assert_int_equal(KCALL(&p->k, NULL, FUSE_SYMLINK, p->at_b, "sl", (size_t)3, "x", (size_t)2), -EEXIST);
+	kforget(&p->k, se.nodeid);
 	/* Renames across the @b boundary are EXDEV (mv copies instead). */
 	uint64_t lfh, l = kcreate(&p->k, FUSE_ROOT_ID, "l", &lfh);
 	assert_int_equal(kclose(&p->k, l, lfh), 0);
@@ -557,6 +573,162 @@ static void test_names(void **state)
 	assert_adds_up(&p->b);
 }
 
+
+/* Requests b's server has answered (GET /v1/node, itself one of them). */
+static uint64_t b_requests(struct pair *p)
+{
+	json_t *o = NULL;
+	struct dmar_error err = { 0 };
+	assert_int_equal(dmar_client_info(dmarfs_node_peer(p->a.n, "b"), &o, &err), 0);
+	uint64_t n = (uint64_t)json_integer_value(json_object_get(json_object_get(o, "server"), "requests"));
+	json_decref(o);
+	return n;
+}
+
+static void tree_op(struct dmar_tree_body *b, uint8_t kind, uint8_t flags, uint32_t mode, const char *path,
+		    const void *data, size_t len)
+{
+	struct dmar_tree_op *op = calloc(1, sizeof(*op));
+	assert_non_null(op);
+	*op = (struct dmar_tree_op){ .kind = kind, .flags = flags, .mode = mode, .data = data, .data_len = len };
+	snprintf(op->path, sizeof(op->path), "%s", path);
+	assert_int_equal(dmar_tree_body_op(b, op), 0);
+	free(op);
+}
+
+/* A file's recipe of one chunk (malloc'd, *len bytes), and the chunk into
+ * b unless without. */
+static uint8_t *one_chunk_file(struct dmar_tree_body *b, const uint8_t *data, uint32_t n, bool with, size_t *len)
+{
+	struct dmar_recipe r = { .size = n, .mode = 0640, .mtime_sec = 1700000000, .n = 1 };
+	struct dmar_recipe_entry e = { .kind = DMAR_RECIPE_CHUNK, .len = n };
+	dmar_hash(data, n, &e.id);
+	r.e = &e;
+	*len = dmar_recipe_wire_size(1);
+	uint8_t *rb = malloc(*len);
+	assert_non_null(rb);
+	dmar_recipe_write(&r, rb, NULL);
+	if (with)
+		assert_int_equal(dmar_tree_body_chunk(b, &e.id, data, n), 0);
+	return rb;
+}
+
+/* POST /v1/tree: directories (one there already), files, a symlink, made
+ * in order in one request; a failed operation fails alone; nothing of the
+ * upload stays staged. */
+static void test_tree(void **state)
+{
+	struct pair *p = *state;
+	struct dmar_client *cl = dmarfs_node_peer(p->a.n, "b");
+	struct dmar_tree_body *b;
+	assert_int_equal(dmar_tree_body_new(&b), 0);
+	uint8_t d1[5000], d2[70000];
+	fill_random(d1, sizeof(d1), 21);
+	fill_random(d2, sizeof(d2), 22);
+	size_t l1, l2, l3;
+	uint8_t *r1 = one_chunk_file(b, d1, sizeof(d1), true, &l1);
+	uint8_t *r2 = one_chunk_file(b, d2, sizeof(d2), true, &l2);
+	uint8_t *r3 = one_chunk_file(b, (const uint8_t *)"never sent", 10, false, &l3);
+	tree_op(b, DMAR_TREE_DIR, 0, 0750, "t", NULL, 0);
+	tree_op(b, DMAR_TREE_DIR, 0, 0755, "t/sub", NULL, 0);
+	tree_op(b, DMAR_TREE_FILE, 0, 0, "t/one", r1, l1);
+	tree_op(b, DMAR_TREE_FILE, 0, 0, "t/sub/two", r2, l2);
+	tree_op(b, DMAR_TREE_SYMLINK, 0, 0, "t/link", "sub/two", 7);
+	tree_op(b, DMAR_TREE_FILE, 0, 0, "nodir/x", r1, l1);      /* ENOENT */
+	tree_op(b, DMAR_TREE_FILE, 0, 0, "t/missing", r3, l3);    /* ENODATA */
+	tree_op(b, DMAR_TREE_DIR, 0, 0700, "t", NULL, 0);         /* there: fine */
+	tree_op(b, DMAR_TREE_DIR, 0, 0700, "t/one", NULL, 0);     /* a file: EEXIST */
+	tree_op(b, DMAR_TREE_FILE, DMAR_TREE_NOREPLACE, 0, "t/one", r2, l2); /* EEXIST */
+	int status[10];
+	struct dmar_error err = { 0 };
+	uint64_t q0 = b_requests(p);
+	assert_int_equal(dmar_client_tree(cl, b, status, NULL, &err), 4);
+	assert_int_equal(b_requests(p), q0 + 2); /* the tree, and this info */
+	int want[10] = { 0, 0, 0, 0, 0, -ENOENT, -ENODATA, 0, -EEXIST, -EEXIST };
+	assert_memory_equal(status, want, sizeof(want));
+	assert_non_null(strstr(err.msg, "nodir/x"));
+	size_t got;
+	uint8_t *x = b_file(&p->b, "t/one", &got);
+	assert_non_null(x);
+	assert_int_equal(got, sizeof(d1));
+	assert_memory_equal(x, d1, sizeof(d1));
+	free(x);
+	assert_non_null(x = b_file(&p->b, "t/sub/two", &got));
+	assert_int_equal(got, sizeof(d2));
+	assert_memory_equal(x, d2, sizeof(d2));
+	free(x);
+	struct inode *i;
+	assert_int_equal(ns_walk(p->b.fs, "t/link", &i), 0);
+	assert_true(S_ISLNK(i->mode));
+	assert_string_equal(i->target, "sub/two");
+	ns_forget(p->b.fs, i, 1);
+	assert_int_equal(ns_walk(p->b.fs, "t", &i), 0);
+	assert_int_equal(i->mode & 07777, 0750);
+	ns_forget(p->b.fs, i, 1);
+	assert_int_equal(ns_walk(p->b.fs, "t/one", &i), 0);
+	assert_int_equal(i->mode & 07777, 0640);
+	ns_forget(p->b.fs, i, 1);
+
+	/* A symlink replaced keeps its name throughout; a second tree with
+	 * a malformed operation makes nothing. */
+	dmar_tree_body_reset(b);
+	tree_op(b, DMAR_TREE_SYMLINK, 0, 0, "t/link", "one", 3);
+	assert_int_equal(dmar_client_tree(cl, b, status, NULL, &err), 0);
+	assert_int_equal(ns_walk(p->b.fs, "t/link", &i), 0);
+	assert_string_equal(i->target, "one");
+	ns_forget(p->b.fs, i, 1);
+	dmar_tree_body_reset(b);
+	tree_op(b, DMAR_TREE_DIR, 0, 0755, "u", NULL, 0);
+	tree_op(b, DMAR_TREE_DIR, 0, 0755, "@peer", NULL, 0);
+	memset(&err, 0, sizeof(err));
+	assert_int_equal(dmar_client_tree(cl, b, status, NULL, &err), -EBADMSG);
+	assert_non_null(strstr(err.msg, "operation 1"));
+	assert_int_equal(ns_walk(p->b.fs, "u", &i), -ENOENT);
+
+	/* Staged chunks: none left once the requests have ended (just after
+	 * their answers). */
+	json_int_t staged = -1;
+	for (int k = 0; k < 200 && staged != 0; k++) {
+		json_t *o = NULL;
+		assert_int_equal(dmar_client_info(cl, &o, &err), 0);
+		staged = json_integer_value(json_object_get(json_object_get(o, "store"), "staged"));
+		json_decref(o);
+		if (staged)
+			usleep(5000);
+	}
+	assert_int_equal(staged, 0);
+	dmar_tree_body_free(b);
+	free(r1);
+	free(r2);
+	free(r3);
+	assert_adds_up(&p->b);
+}
+
+/* cp of a small file into @b/ costs b one request: the tree commit. */
+static void test_small_ship(void **state)
+{
+	struct pair *p = *state;
+	uint8_t data[20000];
+	fill_random(data, sizeof(data), 23);
+	char names[64];
+	klist(&p->k, p->at_b, names, sizeof(names)); /* @b's listing: the lookup below is answered from it */
+	uint64_t q0 = b_requests(p);
+	assert_int_equal(klookup(&p->k, p->at_b, "s", 0), 0); /* a negative entry */
+	uint64_t fh, ino = kcreate(&p->k, p->at_b, "s", &fh);
+	assert_int_equal(kwrite_all(&p->k, ino, fh, data, sizeof(data)), 0);
+	assert_int_equal(kclose(&p->k, ino, fh), 0);
+	assert_int_equal(b_requests(p) - q0, 2); /* the commit and the info */
+	size_t got;
+	uint8_t *x = b_file(&p->b, "s", &got);
+	assert_non_null(x);
+	assert_int_equal(got, sizeof(data));
+	assert_memory_equal(x, data, sizeof(data));
+	free(x);
+	kforget(&p->k, ino);
+	assert_adds_up(&p->a);
+	assert_adds_up(&p->b);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -564,6 +736,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_ship, pair_setup, pair_teardown),
 		cmocka_unit_test_setup_teardown(test_ship_enospc, pair_setup, pair_teardown),
 		cmocka_unit_test_setup_teardown(test_names, pair_setup, pair_teardown),
+		cmocka_unit_test_setup_teardown(test_tree, pair_setup, pair_teardown),
+		cmocka_unit_test_setup_teardown(test_small_ship, pair_setup, pair_teardown),
 		cmocka_unit_test_setup_teardown(test_peer_down, pair_setup, pair_teardown),
 	};
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
