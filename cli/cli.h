@@ -125,6 +125,18 @@ const char *cli_net_why(int r, const struct dmar_error *err, char *buf, size_t c
 /* "950 MB/s", "2.1 GB/s": a decimal rate into buf[32]. */
 const char *cli_rate(double bytes_per_s, char *buf);
 
+struct stat;
+struct dmar_xfer_stats;
+/* dmar cp's push of one local file (cp.c): fd (local, described by st)
+ * as path on c's node (where: "NODE:PATH" for messages), cut as a mount
+ * cuts it; only the chunks the node lacks travel.  show: the progress
+ * line and summary.  0, or 1 after reporting why. */
+int cp_push_fd(struct dmar_client *c, const char *local, int fd, const struct stat *st, const char *path,
+	       const char *where, bool noreplace, bool show, struct dmar_xfer_stats *xs);
+/* dmar cp -r of a local directory (cptree.c): src's tree made as dst on
+ * c's node (node: its name, for messages).  An exit status. */
+int cp_push_tree(struct dmar_client *c, const char *node, const char *src, const char *dst, bool noreplace);
+
 int cmd_cp(int argc, char **argv);
 int cmd_nodes(int argc, char **argv);
 int cmd_watch(int argc, char **argv);

@@ -48,6 +48,8 @@ static const char cp_help[] =
 	"path or NODE:PATH, NODE a name from the peers file (a local path with a\n"
 	"':' is written ./a:b).  Only the chunks the receiver lacks cross the wire.\n"
 	"A DST ending in '/' or naming a directory gets SRC's file name appended.\n"
+	"  -r, --recursive       copy a local directory and everything below it\n"
+	"                        to a node, in batches of many files a request\n"
 	"  -n, --no-clobber      fail if DST exists (default: replace it, as cp does)\n"
 	"  -f, --force           replace an existing DST (the default; cancels -n)\n"
 	"  -T, --streams N       parallel streams of the transfer (default: one\n"
@@ -402,7 +404,7 @@ static int resolve_remote_dst(struct endpoint *d, const char *name)
 	return 0;
 }
 
-static int cp_push(struct endpoint *s, struct endpoint *d, bool noreplace)
+static int cp_push(struct endpoint *s, struct endpoint *d, bool noreplace, bool recursive)
 {
 	int fd = open(s->path, O_RDONLY | O_CLOEXEC);
 	struct stat st;
@@ -412,8 +414,17 @@ static int cp_push(struct endpoint *s, struct endpoint *d, bool noreplace)
 			close(fd);
 		return 1;
 	}
+	if (S_ISDIR(st.st_mode) && recursive) {
+		close(fd);
+		char *name = base_name(s->path);
+		int status = !name || !name[0] ? (cli_err("%s: no directory name to copy to", s->path), 1)
+					       : resolve_remote_dst(d, name);
+		free(name);
+		return status ? status : cp_push_tree(d->c, d->node, s->path, d->path, noreplace);
+	}
 	if (!S_ISREG(st.st_mode)) {
-		cli_err("%s: %s", s->path, S_ISDIR(st.st_mode) ? "is a directory (cp copies one file)" : "not a regular file");
+		cli_err("%s: %s", s->path,
+			S_ISDIR(st.st_mode) ? "is a directory (-r copies a directory)" : "not a regular file");
 		close(fd);
 		return 1;
 	}
@@ -426,55 +437,68 @@ static int cp_push(struct endpoint *s, struct endpoint *d, bool noreplace)
 	if ((status = resolve_remote_dst(d, name)) != 0)
 		goto out_fd;
 	status = 1;
-	char where[600], what[1200];
+	char where[600];
 	snprintf(where, sizeof(where), "%s:%s", d->node, d->path);
-	snprintf(what, sizeof(what), "%s -> %s", s->path, where);
 	struct dmar_error err = { 0 };
 	if (dmar_wire_path_check(d->path, &err) < 0) {
 		cli_err("%s: %s", where, err.msg);
 		goto out_fd;
 	}
 
+	struct dmar_xfer_stats xs;
+	status = cp_push_fd(d->c, s->path, fd, &st, d->path, where, noreplace, true, &xs);
+out_fd:
+	free(name);
+	close(fd);
+	return status;
+}
+
+int cp_push_fd(struct dmar_client *c, const char *local, int fd, const struct stat *st, const char *path,
+	       const char *where, bool noreplace, bool show, struct dmar_xfer_stats *xs)
+{
+	char what[1300];
+	snprintf(what, sizeof(what), "%s -> %s", local, where);
+	struct dmar_error err = { 0 };
 	struct cp_progress pr;
-	progress_init(&pr, what, (uint64_t)st.st_size, false);
+	progress_init(&pr, what, (uint64_t)st->st_size, false);
+	pr.on = pr.on && show;
 	struct dmar_recipe r;
-	struct local_src src = { .fd = fd, .name = s->path };
+	struct local_src src = { .fd = fd, .name = local };
 	double t0 = cli_now();
-	int ret = recipe_of_fd(fd, &st, &r, &src, &pr);
+	int status = 1;
+	memset(xs, 0, sizeof(*xs));
+	int ret = recipe_of_fd(fd, st, &r, &src, &pr);
 	if (ret < 0) {
 		progress_end(&pr);
-		cli_err("%s: %s", s->path, ret == -EFBIG ? "too many chunks for one recipe" : strerror(-ret));
+		cli_err("%s: %s", local, ret == -EFBIG ? "too many chunks for one recipe" : strerror(-ret));
 		goto out_src;
 	}
 	pr.total = r.size;
 	pr.pushing = true;
 	pr.t0 = cli_now();
 	struct dmar_chunk_source cs = { .get = src_get, .put = src_put, .ctx = &src };
-	struct dmar_xfer_stats xs = { 0 };
-	ret = dmar_client_push(d->c, d->path, &r, NULL, &cs, noreplace ? DMAR_PUSH_NOREPLACE : 0, on_progress, &pr, &xs, &err);
+	ret = dmar_client_push(c, path, &r, NULL, &cs, noreplace ? DMAR_PUSH_NOREPLACE : 0, on_progress, &pr, xs, &err);
 	progress_end(&pr);
-	xs.seconds = cli_now() - t0; /* the hashing here is part of the copy */
+	xs->seconds = cli_now() - t0; /* the hashing here is part of the copy */
 	if (ret < 0) {
 		if (__atomic_load_n(&src.changed, __ATOMIC_RELAXED))
-			cli_err("%s: the file changed while it was being copied; nothing was written to %s", s->path,
+			cli_err("%s: the file changed while it was being copied; nothing was written to %s", local,
 				where);
 		else if (ret == -EEXIST && noreplace)
 			cli_err("%s: already exists (-n)", where);
 		else
 			report(where, ret, &err);
-		if (cli_verbosity >= 2)
-			summary("(failed) ", what, &xs);
+		if (cli_verbosity >= 2 && show)
+			summary("(failed) ", what, xs);
 	} else {
-		summary("", what, &xs);
+		if (show)
+			summary("", what, xs);
 		status = 0;
 	}
 	dmar_recipe_free(&r);
 out_src:
 	free(src.at);
 	dmar_idset_free(&src.set);
-out_fd:
-	free(name);
-	close(fd);
 	return status;
 }
 
@@ -763,6 +787,7 @@ int cmd_cp(int argc, char **argv)
 {
 	static const struct option lo[] = {
 		{ "no-clobber", no_argument, NULL, 'n' },
+		{ "recursive", no_argument, NULL, 'r' },
 		{ "force", no_argument, NULL, 'f' },
 		{ "streams", required_argument, NULL, 'T' },
 		CLI_NET_LONG_OPTIONS,
@@ -772,14 +797,15 @@ int cmd_cp(int argc, char **argv)
 		{ 0 },
 	};
 	struct cli_net net = { 0 };
-	bool noreplace = false;
+	bool noreplace = false, recursive = false;
 	int c;
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, ":nfT:qvh", lo, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":nrfT:qvh", lo, NULL)) != -1) {
 		if (cli_net_option(c, &net))
 			continue;
 		switch (c) {
 		case 'n': noreplace = true; break;
+		case 'r': recursive = true; break;
 		case 'f': noreplace = false; break;
 		case 'T':
 			if (cli_parse_threads(optarg, &net.streams) < 0 || net.streams > 64)
@@ -814,8 +840,12 @@ int cmd_cp(int argc, char **argv)
 		if (!(e->peer = cli_net_peer(&net, e->node)) || cli_net_client(&net, e->peer, &e->c) < 0)
 			goto out;
 	}
+	if (recursive && s.node) {
+		status = cli_usage("-r copies a local directory to a node (%s is on a node)", s.arg);
+		goto out;
+	}
 	if (!s.node)
-		status = cp_push(&s, &d, noreplace);
+		status = cp_push(&s, &d, noreplace, recursive);
 	else if (!d.node)
 		status = cp_pull(&s, &d, noreplace);
 	else

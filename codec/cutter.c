@@ -116,3 +116,9 @@ int dmar_cutter_finish(struct dmar_cutter *c)
 		return c->rc;
 	return drain(c, true);
 }
+
+void dmar_cutter_reset(struct dmar_cutter *c)
+{
+	c->len = 0;
+	c->rc = 0;
+}

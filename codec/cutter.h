@@ -41,5 +41,8 @@ int dmar_cutter_commit(struct dmar_cutter *c, size_t n);
 int dmar_cutter_feed(struct dmar_cutter *c, const void *p, size_t len);
 /* The input ended: cut what is left.  0, or fn's stop or error. */
 int dmar_cutter_finish(struct dmar_cutter *c);
+/* Start a new stream (after finish, or to drop what was fed): the window
+ * is kept, so cutting many small files costs one. */
+void dmar_cutter_reset(struct dmar_cutter *c);
 
 #endif /* DMAR_CUTTER_H */

@@ -521,13 +521,9 @@ sys.exit(0 if got == count else 1)
 # digest_tree DIR: one SHA-256 over the sorted "TYPE PATH DIGEST" lines of
 # everything under DIR (files by content, links by target, dirs by name).
 digest_tree() {
-	(cd "$1" && find . -mindepth 1 | sort | while IFS= read -r _f; do
-		if [ -L "$_f" ]; then
-			printf 'l %s %s\n' "$_f" "$(readlink "$_f")"
-		elif [ -d "$_f" ]; then
-			printf 'd %s\n' "$_f"
-		else
-			printf 'f %s %s\n' "$_f" "$(digest "$_f")"
-		fi
-	done) | openssl dgst -sha256 -r | cut -d' ' -f1
+	# openssl over many files at once: a fork a file cost a minute for a
+	# tree of 8,000
+	(cd "$1" && { find . -mindepth 1 \( -type d -printf 'd %p\n' \) -o \( -type l -printf 'l %p %l\n' \)
+		find . -type f -print0 | xargs -0 -r openssl dgst -sha256 -r | sed 's/^\([0-9a-f]*\) \*\(.*\)$/f \2 \1/'; } |
+		LC_ALL=C sort | openssl dgst -sha256 -r | cut -d' ' -f1)
 }
