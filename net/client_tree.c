@@ -108,7 +108,8 @@ static size_t compress_body(const struct dmar_tree_body *b, const uint8_t *hdr, 
 {
 	size_t plain = (size_t)dmar_tree_body_bytes(b);
 	*out = NULL;
-	if (b->zable * 2 < (uint64_t)(b->chunks_len - (size_t)b->nchunks * DMAR_BATCH_REC_SIZE) && b->nchunks)
+	/* Without chunks the body is paths and recipes: ids do not shrink. */
+	if (!b->nchunks || b->zable * 2 < (uint64_t)(b->chunks_len - (size_t)b->nchunks * DMAR_BATCH_REC_SIZE))
 		return 0;
 	ZSTD_CCtx *z = ZSTD_createCCtx();
 	size_t cap = ZSTD_compressBound(plain);
@@ -159,7 +160,8 @@ static size_t body_read(char *buf, size_t size, size_t nitems, void *ud)
 	size_t room = size * nitems, done = 0;
 	while (room && r->part < 4) {
 		size_t left = r->n[r->part] - r->off, take = left < room ? left : room;
-		memcpy(buf + done, (const uint8_t *)r->p[r->part] + r->off, take);
+		if (take) /* an empty part may have no buffer at all */
+			memcpy(buf + done, (const uint8_t *)r->p[r->part] + r->off, take);
 		done += take;
 		room -= take;
 		r->off += take;
