@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <getopt.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
@@ -72,6 +73,11 @@ int cli_usage(const char *fmt, ...)
 	va_end(ap);
 	fprintf(stderr, "\nTry 'dmar %s%s--help'.\n", cli_cmd ? cli_cmd : "", cli_cmd ? " " : "");
 	return CLI_EXIT_USAGE;
+}
+
+int cli_bad_option(int c, char **argv)
+{
+	return cli_usage(c == ':' ? "option '%s' needs an argument" : "unknown option '%s'", argv[optind - 1]);
 }
 
 const char *cli_human(uint64_t b, char *buf)

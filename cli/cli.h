@@ -25,6 +25,10 @@ void cli_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  * CLI_EXIT_USAGE for `return cli_usage(...)`. */
 int cli_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* The usage error for what getopt_long returned as c (':' a missing
+ * argument, else an unknown option): CLI_EXIT_USAGE, for
+ * `default: return cli_bad_option(c, argv);`. */
+int cli_bad_option(int c, char **argv);
 /* "1.5 MiB" style, into buf[32]. */
 const char *cli_human(uint64_t bytes, char *buf);
 double cli_now(void);

@@ -814,8 +814,7 @@ int cmd_cp(int argc, char **argv)
 		case 'q': cli_verbosity = 0; break;
 		case 'v': cli_verbosity = 2; break;
 		case 'h': fputs(cp_help, stdout); return 0;
-		case ':': return cli_usage("option '%s' needs an argument", argv[optind - 1]);
-		default: return cli_usage("unknown option '%s'", argv[optind - 1]);
+		default: return cli_bad_option(c, argv);
 		}
 	}
 	if (argc - optind != 2)

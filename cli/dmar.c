@@ -247,10 +247,8 @@ static int parse_opts(int argc, char **argv, struct cmd_opts *o, const char *hel
 			else o->budget = v;
 			break;
 		}
-		case ':':
-			return usage_error("option '%s' needs an argument", argv[optind - 1]);
 		default:
-			return usage_error("unknown option '%s'", argv[optind - 1]);
+			return cli_bad_option(c, argv);
 		}
 	}
 	if (o->to_stdout && o->output)

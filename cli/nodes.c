@@ -273,8 +273,7 @@ int cmd_nodes(int argc, char **argv)
 		switch (c) {
 		case OPT_JSON: as_json = true; break;
 		case 'h': fputs(nodes_help, stdout); return 0;
-		case ':': return cli_usage("option '%s' needs an argument", argv[optind - 1]);
-		default: return cli_usage("unknown option '%s'", argv[optind - 1]);
+		default: return cli_bad_option(c, argv);
 		}
 	}
 	if (optind < argc)
@@ -490,8 +489,7 @@ int cmd_watch(int argc, char **argv)
 			break;
 		}
 		case 'h': fputs(watch_help, stdout); return 0;
-		case ':': return cli_usage("option '%s' needs an argument", argv[optind - 1]);
-		default: return cli_usage("unknown option '%s'", argv[optind - 1]);
+		default: return cli_bad_option(c, argv);
 		}
 	}
 	if (optind >= argc)

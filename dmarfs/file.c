@@ -58,6 +58,17 @@ static uint8_t *raw_ptr(struct dmar_fsctx *c, const struct dmar_extent *e)
 static void raw_release(struct dmar_file *f, struct dmar_fsctx *c, uint64_t off, uint64_t len, bool durable);
 static void changed(struct dmar_file *f, uint64_t lo, uint64_t hi);
 
+/* RAW extent e now holds its bytes at allocation a of its own size, not
+ * yet recorded by a sync. */
+static void raw_moved(struct dmar_file *f, struct dmar_extent *e, uint64_t a)
+{
+	e->aoff = a;
+	e->acap = e->len;
+	e->skip = 0;
+	e->durable = 0;
+	changed(f, e->off, e->off + e->len);
+}
+
 /* Give back what extent e of f (NULL: of a table, which has no RAW) holds. */
 static void ext_drop(struct dmar_file *f, struct dmar_fsctx *c, struct dmar_extent *e)
 {
@@ -690,11 +701,7 @@ static int make_raw(struct dmar_file *f, struct dmar_fsctx *c, size_t i)
 		dmar_store_unref(c->arena, &e->id);
 	}
 	e->kind = EXT_RAW;
-	e->aoff = a;
-	e->acap = e->len;
-	e->skip = 0;
-	e->durable = 0;
-	changed(f, e->off, e->off + e->len);
+	raw_moved(f, e, a);
 	return 0;
 }
 
@@ -1944,11 +1951,7 @@ int dmar_file_activate_copies(struct dmar_file *f, struct dmar_fsctx *c)
 		if (r < 0)
 			return r;
 		memcpy(dmar_arena_base(c->arena) + a, raw_ptr(c, e), e->len);
-		e->aoff = a;
-		e->acap = e->len;
-		e->skip = 0;
-		e->durable = 0;
-		changed(f, e->off, e->off + e->len);
+		raw_moved(f, e, a);
 	}
 	return 0;
 }

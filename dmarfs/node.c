@@ -533,21 +533,32 @@ static int op_remove(void *ctx, const char *path, struct dmar_error *err)
 	return r;
 }
 
+/* path's directory (held: unhold it) and last component, and who a name
+ * made there belongs to: the directory's owner (the API's caller has no
+ * uid here). */
+static int parent_of(struct dmarfs *fs, const char *path, struct inode **d, char *leaf, uid_t *uid, gid_t *gid)
+{
+	int r = ns_walk_parent(fs, path, d, leaf);
+	if (r < 0)
+		return r;
+	pthread_rwlock_rdlock(&(*d)->lock);
+	*uid = (*d)->uid;
+	*gid = (*d)->gid;
+	pthread_rwlock_unlock(&(*d)->lock);
+	return 0;
+}
+
 static int op_mkdir(void *ctx, const char *path, uint32_t mode, struct dmar_error *err)
 {
 	struct dmarfs_node *n = ctx;
 	struct dmarfs *fs = n->fs;
 	char leaf[256];
 	struct inode *d, *i;
-	int r = ns_walk_parent(fs, path, &d, leaf);
+	uid_t uid;
+	gid_t gid;
+	int r = parent_of(fs, path, &d, leaf, &uid, &gid);
 	if (r < 0)
 		return r;
-	/* Made as the owner of the directory it goes in: the API's caller
-	 * has no uid here. */
-	pthread_rwlock_rdlock(&d->lock);
-	uid_t uid = d->uid;
-	gid_t gid = d->gid;
-	pthread_rwlock_unlock(&d->lock);
 	if (!leaf[0])
 		r = -EEXIST;
 	else if ((r = ns_make(fs, d, leaf, S_IFDIR | (mode & 07777), 0, NULL, uid, gid, &i)) == 0)
@@ -568,13 +579,11 @@ static int op_symlink(void *ctx, const char *path, const char *target, bool nore
 	struct dmarfs *fs = n->fs;
 	char leaf[256];
 	struct inode *d, *i;
-	int r = ns_walk_parent(fs, path, &d, leaf);
+	uid_t uid;
+	gid_t gid;
+	int r = parent_of(fs, path, &d, leaf, &uid, &gid);
 	if (r < 0)
 		return r;
-	pthread_rwlock_rdlock(&d->lock);
-	uid_t uid = d->uid;
-	gid_t gid = d->gid;
-	pthread_rwlock_unlock(&d->lock);
 	if (!leaf[0]) {
 		r = -EEXIST;
 		goto out;
