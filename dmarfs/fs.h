@@ -19,6 +19,10 @@
 /* The operations to mount with: the local ones, wrapped by the @PEER
  * paths when the mount is a node (dmarfs_remote_new). */
 const struct fuse_lowlevel_ops *dmarfs_ops(void);
+/* After fuse_session_mount: the session reads and writes /dev/fuse
+ * through fs.c, which asks the kernel for FUSE_HANDLE_KILLPRIV_V2 (see
+ * fs.c).  0 or -errno. */
+int dmarfs_session_io(struct fuse_session *se);
 /* The session, for cache notifications (after fuse_session_new). */
 void dmarfs_set_session(struct dmarfs *fs, struct fuse_session *se);
 /* After the session ends, before dmarfs_free: stop the idle encoder and

@@ -309,6 +309,10 @@ int main(int argc, char **argv)
 		fprintf(stderr, "dmarfs: cannot mount on %s\n", o.mountpoint);
 		goto out_signals;
 	}
+	if (dmarfs_session_io(se) != 0) {
+		fprintf(stderr, "dmarfs: out of memory\n");
+		goto out_unmount;
+	}
 	set_readahead(o.mountpoint, DMARFS_READAHEAD >> 10);
 	char size[32];
 	double asz = (double)dmar_arena_size(arena);

@@ -675,6 +675,35 @@ int ns_rename(struct dmarfs *fs, struct inode *d, const char *name, struct inode
 	return r;
 }
 
+static struct xattr *xattr_find(struct inode *i, const char *name);
+
+/* The set-ID bits a write, truncate or chown leaves of mode. */
+static mode_t killed_mode(mode_t mode)
+{
+	return mode & ~(mode_t)(S_ISUID | ((mode & S_IXGRP) ? S_ISGID : 0));
+}
+
+void ns_kill_priv(struct dmarfs *fs, struct inode *i, bool by_root, bool chown)
+{
+	pthread_rwlock_rdlock(&i->lock);
+	bool reg = S_ISREG(i->mode);
+	bool bits = reg && (!by_root || chown) && killed_mode(i->mode) != i->mode;
+	bool cap = reg && i->nxa && xattr_find(i, "security.capability");
+	pthread_rwlock_unlock(&i->lock);
+	if (bits) {
+		pthread_rwlock_rdlock(&fs->ckpt);
+		pthread_rwlock_wrlock(&i->lock);
+		mode_t old = i->mode;
+		i->mode = killed_mode(i->mode);
+		if (i->mode != old && persist_attr(fs, i) < 0)
+			i->mode = old; /* no room to record it: as it was */
+		pthread_rwlock_unlock(&i->lock);
+		pthread_rwlock_unlock(&fs->ckpt);
+	}
+	if (cap)
+		(void)ns_removexattr(fs, i, "security.capability");
+}
+
 int ns_setattr(struct dmarfs *fs, struct inode *i, const struct ns_attr *a, struct stat *st)
 {
 	int r = 0;
@@ -722,12 +751,17 @@ int ns_setattr(struct dmarfs *fs, struct inode *i, const struct ns_attr *a, stru
 			r = -ENOSPC;
 		}
 	}
-	if (st)
-		ns_fill_stat(i, st);
 	pthread_rwlock_unlock(&i->lock);
 	pthread_rwlock_unlock(&fs->ckpt);
-	if (st)
+	bool chown = a->set & (NS_SET_UID | NS_SET_GID);
+	if (!r && !(a->set & NS_SET_MODE) && (chown || sized))
+		ns_kill_priv(fs, i, a->set & NS_SET_BY_ROOT, chown);
+	if (st) {
+		pthread_rwlock_rdlock(&i->lock);
+		ns_fill_stat(i, st);
+		pthread_rwlock_unlock(&i->lock);
 		st->st_nlink = ns_nlink(fs, i);
+	}
 	return r;
 }
 

@@ -223,6 +223,7 @@ enum {
 	NS_SET_ATIME_NOW = 1 << 7,
 	NS_SET_MTIME_NOW = 1 << 8,
 	NS_SET_CTIME = 1 << 10,
+	NS_SET_BY_ROOT = 1 << 30, /* not a change: the caller is root (CAP_FSETID) */
 };
 struct ns_attr {
 	unsigned set;
@@ -233,9 +234,22 @@ struct ns_attr {
 	struct timespec atime, mtime, ctime;
 };
 /* Apply a to i; *st its attributes after.  A size change of a file with
- * no open file descriptor is recorded at once (no close will).  -EISDIR,
- * -EINVAL (size of a non-file), -ENOSPC, -EFBIG. */
+ * no open file descriptor is recorded at once (no close will).  A chown
+ * of a regular file, and a size change by a caller other than root
+ * (ns_kill_priv), clear its set-ID bits unless the mode is set in the
+ * same call.  -EISDIR, -EINVAL (size of a non-file), -ENOSPC, -EFBIG. */
 int ns_setattr(struct dmarfs *fs, struct inode *i, const struct ns_attr *a, struct stat *st);
+
+/*
+ * The VFS's "kill privileges", which the kernel leaves to the filesystem
+ * (fs.c asks for FUSE_HANDLE_KILLPRIV_V2, so that it need not ask for
+ * security.capability before every write): after a write or truncate of
+ * regular file i by a caller other than root, or a chown (chown true) by
+ * anyone, set-user-ID goes, and set-group-ID where group execute is on;
+ * after any of them security.capability goes.  No lock held; cheap when
+ * there is nothing to kill.
+ */
+void ns_kill_priv(struct dmarfs *fs, struct inode *i, bool by_root, bool chown);
 
 /* Extended attributes: user.* stored, user.dmar.* the read-only views of
  * a file's encoding (and, on the root, the mount's check: persist.h).

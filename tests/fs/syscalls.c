@@ -1479,6 +1479,96 @@ static int t_permissions(void)
 	return 0;
 }
 
+/* The mode bits of path, or -1. */
+static int mode_of(const char *path)
+{
+	struct stat st;
+	return stat(path, &st) < 0 ? -1 : (int)(st.st_mode & 07777);
+}
+
+/* The privileges a write, a truncate, an O_TRUNC open and a chown take
+ * away (the filesystem's to do: the mount handles FUSE's killpriv): set-
+ * user-ID, set-group-ID where group execute is on, security.capability;
+ * a root writer keeps the set-ID bits. */
+static int t_killpriv(void)
+{
+	if (geteuid() != 0) {
+		g_skipped++;
+		note("skipped: needs root to switch to uid 65534 and to set security.capability");
+		return 1;
+	}
+	static const struct {
+		const char *name;
+		mode_t mode, after;
+		int how; /* 0 write, 1 truncate, 2 O_TRUNC open */
+	} cases[] = {
+		{ "kp-sx", 06775, 0775, 0 }, { "kp-sg", 02664, 02664, 0 }, { "kp-st", 04644, 0644, 1 },
+		{ "kp-ot", 04666, 0666, 2 },
+	};
+	const size_t n = sizeof(cases) / sizeof(cases[0]);
+	OK(chmod(g_dir, 0755));
+	for (size_t k = 0; k < n; k++) {
+		if (make_file(P(cases[k].name), "abc", 3, 0600) < 0)
+			FAIL("make %s: %s", cases[k].name, strerrorname_np(errno));
+		OK(chown(P(cases[k].name), 65534, 65534));
+		OK(chmod(P(cases[k].name), cases[k].mode)); /* after the chown, which clears them */
+		EXPECT(mode_of(P(cases[k].name)) == (int)cases[k].mode, "%s: mode 0%o after chmod", cases[k].name,
+		       mode_of(P(cases[k].name)));
+	}
+	fflush(stdout);
+	pid_t pid = fork();
+	EXPECT(pid >= 0, "fork");
+	if (pid == 0) {
+		if (setgroups(0, NULL) < 0 || setresgid(65534, 65534, 65534) < 0 || setresuid(65534, 65534, 65534) < 0)
+			_exit(100);
+		for (size_t k = 0; k < n; k++) {
+			const char *f = P(cases[k].name);
+			int fd = open(f, cases[k].how == 2 ? O_WRONLY | O_TRUNC : O_WRONLY);
+			if (fd < 0)
+				_exit(101);
+			if ((cases[k].how == 0 && pwrite(fd, "x", 1, 1) != 1) || (cases[k].how == 1 && ftruncate(fd, 1) < 0))
+				_exit(102);
+			close(fd);
+		}
+		_exit(0);
+	}
+	int status;
+	EXPECT(waitpid(pid, &status, 0) == pid && WIFEXITED(status), "killpriv child");
+	EXPECT(WEXITSTATUS(status) != 101, "uid 65534 could not open its own file (or %s is closed to it)", g_mnt);
+	EXPECT(WEXITSTATUS(status) == 0, "killpriv child: exit %d", WEXITSTATUS(status));
+	for (size_t k = 0; k < n; k++)
+		EXPECT(mode_of(P(cases[k].name)) == (int)cases[k].after, "%s (0%o) after uid 65534's %s: mode 0%o, expected 0%o",
+		       cases[k].name, (unsigned)cases[k].mode,
+		       cases[k].how == 0 ? "write" : cases[k].how == 1 ? "truncate" : "O_TRUNC open",
+		       mode_of(P(cases[k].name)), (unsigned)cases[k].after);
+	/* root: a write keeps set-user-ID, a chown clears it */
+	if (make_file(P("kp-root"), "abc", 3, 0755) < 0)
+		FAIL("make kp-root");
+	OK(chmod(P("kp-root"), 04755));
+	int fd = open(P("kp-root"), O_WRONLY);
+	EXPECT(fd >= 0 && pwrite(fd, "y", 1, 0) == 1, "root's write");
+	close(fd);
+	EXPECT(mode_of(P("kp-root")) == 04755, "root's write changed the mode to 0%o", mode_of(P("kp-root")));
+	OK(chown(P("kp-root"), 1, 1));
+	EXPECT(mode_of(P("kp-root")) == 0755, "chown left mode 0%o, expected 0755", mode_of(P("kp-root")));
+	/* security.capability: gone after a write (v2: cap_effective, no caps) */
+	static const uint8_t cap[20] = { 0x01, 0, 0, 0x02, 0x00, 0x04, 0, 0 }; /* revision 2, effective; CAP_NET_BIND... */
+	if (setxattr(P("kp-root"), "security.capability", cap, sizeof(cap), 0) == 0) {
+		EXPECT(getxattr(P("kp-root"), "security.capability", NULL, 0) > 0, "security.capability not set");
+		fd = open(P("kp-root"), O_WRONLY);
+		EXPECT(fd >= 0 && pwrite(fd, "z", 1, 0) == 1, "write");
+		close(fd);
+		EXPECT(getxattr(P("kp-root"), "security.capability", NULL, 0) < 0 && errno == ENODATA,
+		       "security.capability still there after a write (%s)", strerrorname_np(errno));
+	} else {
+		note("security.capability could not be set (%s): not checked", strerrorname_np(errno));
+	}
+	for (size_t k = 0; k < n; k++)
+		OK(unlink(P(cases[k].name)));
+	OK(unlink(P("kp-root")));
+	return 0;
+}
+
 static int t_fsync(void)
 {
 	const size_t len = 2 * MiB;
@@ -2195,6 +2285,7 @@ static const struct check checks[] = {
 	{ "symlinks", t_symlink },
 	{ "chmod/chown/utimensat and ctime/mtime rules", t_times_modes },
 	{ "permissions for uid 65534", t_permissions },
+	{ "set-ID bits and capabilities a write, truncate or chown takes away", t_killpriv },
 	{ "NAME_MAX lookups, rename ctime, RENAME_WHITEOUT", t_posix_edges },
 	{ "fsync/fdatasync (and encoding state)", t_fsync },
 	{ "fcntl and flock locks between processes", t_locks },
