@@ -194,9 +194,16 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	count_req(FSOP_LOOKUP);
 	struct inode *i = NULL;
-	/* A negative entry is not cached (timeout 0): creates elsewhere (the
-	 * REST API) are seen at once. */
 	int r = ns_lookup(FS(req), INO(req, parent), name, &i);
+	if (r == -ENOENT) {
+		/* Absent, for as long as a name is cached: every name made
+		 * without the kernel (the REST API's) is told to it (node.c
+		 * inval), which drops the negative entry.  git stats every
+		 * path before it makes it: one LOOKUP a file saved. */
+		struct fuse_entry_param e = { .entry_timeout = ENTRY_TIMEOUT };
+		fuse_reply_entry(req, &e);
+		return;
+	}
 	reply_entry_or(req, r, i);
 }
 
@@ -437,6 +444,10 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		ns_kill_priv(fs, i, fuse_req_ctx(req)->uid == 0, false);
 	fi->keep_cache = 1;
 	fi->direct_io = open_direct(fi);
+	/* A read-only descriptor has nothing for close(2) to record: no
+	 * FLUSH round trip at each close (a clone reads back every object
+	 * it wrote).  Locks are the kernel's (op_init). */
+	fi->noflush = (fi->flags & O_ACCMODE) == O_RDONLY;
 	if (fuse_reply_open(req, fi) != 0) {
 		pthread_rwlock_wrlock(&i->lock);
 		i->opens--;
