@@ -438,7 +438,8 @@ static void test_root_listing(void **state)
 	/* A name under @ at the root is the peers'. */
 	struct fuse_create_in in = { .flags = O_WRONLY | O_CREAT, .mode = S_IFREG | 0644 };
 	assert_int_equal(KCALL(&p->k, NULL, FUSE_CREATE, FUSE_ROOT_ID, &in, sizeof(in), "@c", (size_t)3), -EINVAL);
-	klookup(&p->k, FUSE_ROOT_ID, "@nosuch", -ENOENT);
+	/* No such peer: absent, as a negative entry the kernel keeps. */
+	assert_int_equal(klookup(&p->k, FUSE_ROOT_ID, "@nosuch", 0), 0);
 	assert_adds_up(&p->a);
 }
 
