@@ -934,11 +934,32 @@ static void r_remove(fuse_req_t req, struct rinode *d, const char *name, bool di
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
+	/* Whether it is a directory: from the inode the kernel just looked
+	 * up, or the directory's listing, while they are fresh (rm -r lists
+	 * first), else the peer's stat.  One request an unlink, not two. */
 	json_t *o = NULL;
-	int r = dmar_client_stat(d->cl, path, &o, &err);
+	int r = 0, known = -1;
+	struct rinode *ri = rinode_find(FS(req)->remote, d->cl, path);
+	if (ri) {
+		pthread_rwlock_rdlock(&ri->lock);
+		if (ri->st_at && mono() - ri->st_at < RATTR_TIMEOUT)
+			known = S_ISDIR(ri->st.st_mode);
+		pthread_rwlock_unlock(&ri->lock);
+		forget_remote(FS(req), ri, 1);
+	}
+	if (known < 0) {
+		double at;
+		pthread_rwlock_rdlock(&d->lock);
+		int in = names_find(d, name, &o, &at);
+		pthread_rwlock_unlock(&d->lock);
+		if (in == 0)
+			r = -ENOENT;
+		else if (in < 0)
+			r = dmar_client_stat(d->cl, path, &o, &err);
+	}
 	if (!r) {
-		const char *type = json_string_value(json_object_get(o, "type"));
-		bool isdir = type && !strcmp(type, "dir");
+		const char *type = known < 0 ? json_string_value(json_object_get(o, "type")) : NULL;
+		bool isdir = known < 0 ? type && !strcmp(type, "dir") : known;
 		if (dir && !isdir)
 			r = -ENOTDIR;
 		else if (!dir && isdir)

@@ -725,6 +725,11 @@ static void test_small_ship(void **state)
 	assert_int_equal(got, sizeof(data));
 	assert_memory_equal(x, data, sizeof(data));
 	free(x);
+	/* rm of it: one request (the kernel's lookup just said what it is). */
+	q0 = b_requests(p);
+	assert_int_equal(KCALL(&p->k, NULL, FUSE_UNLINK, p->at_b, "s", (size_t)2), 0);
+	assert_int_equal(b_requests(p) - q0, 2); /* the DELETE and the info */
+	assert_null(b_file(&p->b, "s", &got));
 	kforget(&p->k, ino);
 	assert_adds_up(&p->a);
 	assert_adds_up(&p->b);
