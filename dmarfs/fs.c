@@ -149,13 +149,22 @@ static void op_destroy(void *userdata)
 static void op_init(void *userdata, struct fuse_conn_info *conn)
 {
 	idle_start(userdata);
-	/* No writeback cache: every write reaches the daemon before write()
-	 * returns, so a full arena is ENOSPC from write() itself, st_blocks
-	 * and SEEK_DATA/SEEK_HOLE see all data, a close(2) that returns has
-	 * its file recorded (FLUSH), and the kernel still caches pages for
-	 * reads (keep_cache: we are the only writer).  Large writes arrive
-	 * as up to max_write bytes at a time. */
-	conn->want &= ~(unsigned)FUSE_CAP_WRITEBACK_CACHE;
+	/* No writeback cache by default: every write reaches the daemon
+	 * before write() returns, so a full arena is ENOSPC from write()
+	 * itself, st_blocks and SEEK_DATA/SEEK_HOLE see all data, and the
+	 * kernel still caches pages for reads (keep_cache: we are the only
+	 * writer).  With writeback= the kernel gathers small writes in its
+	 * page cache and sends them in large pieces (SQLite's 4 KiB pages: a
+	 * tenth of the WRITEs); a close(2) or fsync that returns still has
+	 * its file recorded (the kernel writes back before FLUSH and FSYNC),
+	 * but a full arena shows there, not at write(), and the kernel
+	 * answers SEEK_DATA/SEEK_HOLE itself (op_lseek): we cannot see its
+	 * dirty pages.  Large writes arrive as up to max_write bytes. */
+	struct dmarfs *fs = userdata;
+	if (fs->cfg.writeback && (conn->capable & FUSE_CAP_WRITEBACK_CACHE))
+		conn->want |= FUSE_CAP_WRITEBACK_CACHE;
+	else
+		conn->want &= ~(unsigned)FUSE_CAP_WRITEBACK_CACHE;
 	/* Every change to a local file's bytes is a write the kernel made
 	 * (a REST commit makes a new inode; a peer's file is opened without
 	 * keep_cache): with auto_inval_data the kernel dropped a file's
@@ -182,10 +191,12 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
  * neither read nor be mapped, and the kernel drops other opens' cached
  * pages (and shared mappings' pages) over each range a direct write
  * covers, so readers see the new bytes at once (tests/fs/syscalls.c:
- * t_wronly_coherent).  Opens that can read keep the page cache. */
-static bool open_direct(const struct fuse_file_info *fi)
+ * t_wronly_coherent).  Opens that can read keep the page cache.  With
+ * writeback= every open does: the kernel keeps a file's mtime itself
+ * then, and a direct write would leave it stale. */
+static bool open_direct(const struct dmarfs *fs, const struct fuse_file_info *fi)
 {
-	return (fi->flags & O_ACCMODE) == O_WRONLY;
+	return !fs->cfg.writeback && (fi->flags & O_ACCMODE) == O_WRONLY;
 }
 
 /* ---- names and attributes: ns.h -------------------------------------- */
@@ -310,7 +321,7 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 	i->opens++;
 	pthread_rwlock_unlock(&i->lock);
 	fi->keep_cache = 1;
-	fi->direct_io = open_direct(fi);
+	fi->direct_io = open_direct(FS(req), fi);
 	struct fuse_entry_param e;
 	fill_entry(fs, i, &e);
 	if (fuse_reply_create(req, &e, fi) != 0) {
@@ -443,7 +454,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	if (fi->flags & O_TRUNC)
 		ns_kill_priv(fs, i, fuse_req_ctx(req)->uid == 0, false);
 	fi->keep_cache = 1;
-	fi->direct_io = open_direct(fi);
+	fi->direct_io = open_direct(FS(req), fi);
 	/* A read-only descriptor has nothing for close(2) to record: no
 	 * FLUSH round trip at each close (a clone reads back every object
 	 * it wrote).  Locks are the kernel's (op_init). */
@@ -794,6 +805,11 @@ static void op_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence, stru
 {
 	count_req(FSOP_LSEEK);
 	(void)fi;
+	/* With writeback= the data may still be the kernel's dirty pages:
+	 * ENOSYS makes it answer itself from then on, the whole file data
+	 * (correct, with no holes found). */
+	if (FS(req)->cfg.writeback)
+		return (void)fuse_reply_err(req, ENOSYS);
 	struct inode *i = INO(req, ino);
 	uint64_t out = 0;
 	pthread_rwlock_rdlock(&i->lock);

@@ -250,6 +250,7 @@ int main(int argc, char **argv)
 		.root_uid = o.uid,
 		.root_gid = o.gid,
 		.journal = journal,
+		.writeback = o.writeback,
 	};
 	dmar_chunker_init(&cfg.ctx.chunker, DMAR_CHUNK_MIN_DEFAULT, DMAR_CHUNK_AVG_DEFAULT, DMAR_CHUNK_MAX_DEFAULT);
 	if (dmarfs_new(&fs, &cfg) < 0) {

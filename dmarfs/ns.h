@@ -88,6 +88,7 @@ struct dmarfs_config {
 	uid_t root_uid;
 	gid_t root_gid;
 	struct dmar_journal *journal; /* the arena's (NULL: nothing is recorded) */
+	bool writeback;         /* the FUSE front end asks for the kernel's writeback cache */
 };
 
 struct dmarfs {

@@ -34,6 +34,7 @@ struct dmarfs_opts {
 	char *listen, *peers, *token, *tls_cert, *tls_key, *tls_ca;
 	char *view;          /* view=PEER: the mount shows that peer's files */
 	bool foreground, debug, allow_other, private, ro;
+	bool writeback;      /* the kernel's writeback cache (fs.c op_init says what it changes) */
 	unsigned threads;    /* most FUSE worker threads */
 	uint64_t max_file_size; /* a file's size at most (0 until dmarfs_opts_defaults) */
 	uint64_t mem_max;    /* a node's memory outside the arena, at most (likewise) */
