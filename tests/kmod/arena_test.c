@@ -1,0 +1,327 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * arena_test - /dev/dmar_arena (kmod/) from user space, run inside the
+ * QEMU guest of tests/kmod/run.sh (built static, no libc beyond glibc's).
+ *
+ * Arenas of 4 KiB pages, of 2 MiB pages and contiguous: create, mmap,
+ * write and read back; query; sysfs; the limits and bad arguments, each
+ * with its errno; a dma-buf exported and mapped, then imported into vgem
+ * (DRM_IOCTL_PRIME_FD_TO_HANDLE, as the kernel's dma-buf selftests do)
+ * and given back by it, mapped and checked both ways; an arena kept after its
+ * creator exits, found again; destroy.  TAP-like output; the last line is
+ * "arena_test: PASS" or "arena_test: FAIL (N)".
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "kmod/include/uapi/dmar_arena.h"
+
+/* The few DRM ioctls the vgem import needs (include/uapi/drm/drm.h). */
+struct drm_prime_handle {
+	uint32_t handle, flags;
+	int32_t fd;
+};
+struct drm_gem_close {
+	uint32_t handle, pad;
+};
+struct drm_version {
+	int major, minor, patch;
+	size_t name_len;
+	char *name;
+	size_t date_len;
+	char *date;
+	size_t desc_len;
+	char *desc;
+};
+#define DRM_IOCTL_VERSION _IOWR('d', 0x00, struct drm_version)
+#define DRM_IOCTL_GEM_CLOSE _IOW('d', 0x09, struct drm_gem_close)
+#define DRM_IOCTL_PRIME_HANDLE_TO_FD _IOWR('d', 0x2d, struct drm_prime_handle)
+#define DRM_IOCTL_PRIME_FD_TO_HANDLE _IOWR('d', 0x2e, struct drm_prime_handle)
+
+#define MiB (1u << 20)
+
+static int failures, n;
+
+static void check(int ok, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	printf("%s %d - ", ok ? "ok" : "not ok", ++n);
+	vprintf(fmt, ap);
+	printf("%s%s\n", ok ? "" : ": ", ok ? "" : strerror(errno));
+	va_end(ap);
+	fflush(stdout);
+	if (!ok)
+		failures++;
+}
+
+static int dev(void)
+{
+	int fd = open("/dev/dmar_arena", O_RDWR | O_CLOEXEC);
+	if (fd < 0) {
+		perror("/dev/dmar_arena");
+		exit(1);
+	}
+	return fd;
+}
+
+static int create(int fd, const char *name, uint64_t size, uint32_t page, uint32_t flags)
+{
+	struct dmar_arena_create c = { .struct_size = sizeof(c), .flags = flags, .size = size, .page_size = page,
+				       .numa_node = -1 };
+	snprintf(c.name, sizeof(c.name), "%s", name);
+	return ioctl(fd, DMAR_ARENA_IOC_CREATE, &c);
+}
+
+static int by_name(int fd, unsigned long cmd, const char *name)
+{
+	struct dmar_arena_name a = { .struct_size = sizeof(a) };
+	snprintf(a.name, sizeof(a.name), "%s", name);
+	return ioctl(fd, cmd, &a);
+}
+
+static int export(int fd, uint64_t off, uint64_t len)
+{
+	struct dmar_arena_export e = { .struct_size = sizeof(e), .flags = O_RDWR | O_CLOEXEC, .offset = off,
+				       .length = len };
+	return ioctl(fd, DMAR_ARENA_IOC_EXPORT, &e) < 0 ? -1 : e.fd;
+}
+
+static void fill(uint8_t *p, size_t len, uint32_t seed)
+{
+	for (size_t i = 0; i < len; i += 4) {
+		seed = seed * 1103515245u + 12345u;
+		memcpy(p + i, &seed, len - i < 4 ? len - i : 4);
+	}
+}
+
+/* errno of a call that must fail, as "want" */
+#define FAILS(call, want, what)                                                                       \
+	do {                                                                                          \
+		errno = 0;                                                                            \
+		int rc_ = (call);                                                                     \
+		int e_ = errno;                                                                       \
+		check(rc_ < 0 && e_ == (want), "%s: %s (got %d, %s)", what, #want, rc_, strerror(e_)); \
+	} while (0)
+
+/* An arena of size bytes of page-size pages: mapped, written, read back
+ * through a second mapping. */
+static void arena_rw(const char *name, uint64_t size, uint32_t page, uint32_t flags)
+{
+	int fd = dev();
+	check(create(fd, name, size, page, flags) == 0, "create %s (%llu MiB, pages of %u, flags %u)", name,
+	      (unsigned long long)(size / MiB), page, flags);
+	uint8_t *m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	check(m != MAP_FAILED, "mmap %s", name);
+	if (m == MAP_FAILED)
+		return;
+	int zero = 1;
+	for (uint64_t i = 0; i < size && zero; i += 4096)
+		zero = m[i] == 0 && m[i + 4095] == 0;
+	check(zero, "%s starts zeroed", name);
+	fill(m, size, 1);
+	uint8_t *m2 = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
+	check(m2 != MAP_FAILED && memcmp(m, m2, size) == 0, "%s: a second mapping sees the bytes", name);
+	struct dmar_arena_info q = { .struct_size = sizeof(q) };
+	int qr = ioctl(fd, DMAR_ARENA_IOC_QUERY, &q);
+	check(qr == 0 && q.size == size && q.page_size == page && !strcmp(q.name, name) && q.users == 3,
+	      "query %s: size %llu, page %u, users %u (the file and two mappings)", name, (unsigned long long)q.size,
+	      q.page_size, q.users);
+	char path[128], buf[64] = "";
+	snprintf(path, sizeof(path), "/sys/kernel/dmar_arena/%s/size", name);
+	int s = open(path, O_RDONLY);
+	ssize_t got = s >= 0 ? read(s, buf, sizeof(buf) - 1) : -1;
+	if (s >= 0)
+		close(s);
+	check(got > 0 && strtoull(buf, NULL, 10) == size, "sysfs %s: %s", path, buf);
+	munmap(m2, size);
+	munmap(m, size);
+	close(fd); /* no KEEP: the arena goes */
+	fd = dev();
+	FAILS(by_name(fd, DMAR_ARENA_IOC_ATTACH, name), ENOENT, "an arena without keep is gone after its last user");
+	close(fd);
+}
+
+static void bad_arguments(void)
+{
+	int fd = dev();
+	FAILS(create(fd, "z", 0, 4096, 0), EINVAL, "size 0");
+	FAILS(create(fd, "z", 4097, 4096, 0), EINVAL, "size not a multiple of the page");
+	FAILS(create(fd, "z", 3 * MiB, 2 * MiB, 0), EINVAL, "3 MiB of 2 MiB pages");
+	FAILS(create(fd, "z", 4096, 12345, 0), EINVAL, "page size 12345");
+	FAILS(create(fd, "z", 4096, 4096, 1u << 7), EINVAL, "unknown flag");
+	FAILS(create(fd, "", 4096, 4096, 0), EINVAL, "empty name");
+	FAILS(create(fd, "a/b", 4096, 4096, 0), EINVAL, "name with '/'");
+	FAILS(create(fd, "..", 4096, 4096, 0), EINVAL, "name '..'");
+	FAILS(create(fd, "big", 128 * MiB, 4096, 0), ENOSPC, "past max_total_mb (64)");
+	FAILS(create(fd, "huge", 64 * MiB, 4096, DMAR_ARENA_CONTIG), EINVAL, "contiguous beyond one allocation");
+	struct dmar_arena_create c = { .struct_size = 8, .size = 4096, .page_size = 4096 };
+	snprintf(c.name, sizeof(c.name), "small");
+	FAILS(ioctl(fd, DMAR_ARENA_IOC_CREATE, &c), EINVAL, "struct_size smaller than version 1's");
+	struct {
+		struct dmar_arena_create c;
+		uint64_t later;
+	} big = { .c = { .struct_size = sizeof(big), .size = 4096, .page_size = 4096 }, .later = 1 };
+	snprintf(big.c.name, sizeof(big.c.name), "later");
+	FAILS(ioctl(fd, DMAR_ARENA_IOC_CREATE, &big), E2BIG, "a later version's field set");
+	big.later = 0;
+	check(ioctl(fd, DMAR_ARENA_IOC_CREATE, &big) == 0, "a larger struct with zeros beyond ours is fine");
+	FAILS(create(fd, "again", 4096, 4096, 0), EBUSY, "a second create on a bound file");
+	int fd2 = dev();
+	FAILS(create(fd2, "later", 4096, 4096, 0), EEXIST, "a name in use");
+	FAILS(mmap(NULL, 4096, PROT_READ, MAP_SHARED, fd2, 0) == MAP_FAILED ? -1 : 0, ENODEV,
+	      "mmap of a file bound to no arena");
+	FAILS(export(fd2, 0, 4096), ENODEV, "export from a file bound to no arena");
+	FAILS(mmap(NULL, 8192, PROT_READ, MAP_SHARED, fd, 0) == MAP_FAILED ? -1 : 0, EINVAL, "mmap past the end");
+	FAILS(mmap(NULL, 4096, PROT_READ, MAP_SHARED, fd, 4096) == MAP_FAILED ? -1 : 0, EINVAL, "mmap at the end");
+	FAILS(mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0) == MAP_FAILED ? -1 : 0, EINVAL,
+	      "a private mapping");
+	FAILS(export(fd, 0, 8192), EINVAL, "export past the end");
+	FAILS(export(fd, 100, 4096), EINVAL, "export at an odd offset");
+	FAILS(export(fd, 0, 0), EINVAL, "export of nothing");
+	FAILS(by_name(fd2, DMAR_ARENA_IOC_DESTROY, "nosuch"), ENOENT, "destroy of an unknown arena");
+	FAILS(ioctl(fd, _IO(DMAR_ARENA_IOC_MAGIC, 99), 0), ENOTTY, "an unknown ioctl");
+	check(by_name(fd2, DMAR_ARENA_IOC_DESTROY, "later") == 0, "destroy (the name goes; its users keep it)");
+	FAILS(by_name(fd2, DMAR_ARENA_IOC_DESTROY, "later"), ENOENT, "a second destroy");
+	close(fd2);
+	close(fd);
+}
+
+/* vgem's card (DRM_IOCTL_VERSION names the driver), or -1. */
+static int vgem_card(void)
+{
+	char path[32], name[32];
+	for (int k = 0; k < 8; k++) {
+		snprintf(path, sizeof(path), "/dev/dri/card%d", k);
+		int fd = open(path, O_RDWR | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		struct drm_version v = { .name_len = sizeof(name) - 1, .name = name };
+		memset(name, 0, sizeof(name));
+		if (ioctl(fd, DRM_IOCTL_VERSION, &v) == 0 && !strcmp(name, "vgem"))
+			return fd;
+		close(fd);
+	}
+	return -1;
+}
+
+static void dmabuf(void)
+{
+	const uint64_t size = 4 * MiB, off = MiB, len = 2 * MiB;
+	int fd = dev();
+	check(create(fd, "dmabuf", size, 4096, 0) == 0, "create dmabuf");
+	uint8_t *m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	check(m != MAP_FAILED, "mmap dmabuf");
+	if (m == MAP_FAILED)
+		return;
+	fill(m, size, 2);
+	int buf = export(fd, off, len);
+	check(buf >= 0, "export [1 MiB, 3 MiB) as a dma-buf");
+	uint8_t *b = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, buf, 0);
+	check(b != MAP_FAILED && memcmp(b, m + off, len) == 0, "the dma-buf's mapping shows its range");
+	FAILS(mmap(NULL, len + 4096, PROT_READ, MAP_SHARED, buf, 0) == MAP_FAILED ? -1 : 0, EINVAL,
+	      "mmap past the dma-buf's end");
+	int card = vgem_card();
+	check(card >= 0, "vgem's /dev/dri/card");
+	if (card >= 0) {
+		/* The import attaches and maps it (our sg table, DMA-mapped
+		 * for vgem's device); vgem maps no imported object itself
+		 * (drm_gem_dumb_map_offset refuses), so the bytes are checked
+		 * through the dma-buf vgem gives back for the handle. */
+		struct drm_prime_handle h = { .fd = buf };
+		int r = ioctl(card, DRM_IOCTL_PRIME_FD_TO_HANDLE, &h);
+		check(r == 0 && h.handle != 0, "vgem imports the dma-buf (handle %u)", h.handle);
+		struct drm_prime_handle back = { .handle = h.handle, .flags = O_CLOEXEC | O_RDWR, .fd = -1 };
+		r = ioctl(card, DRM_IOCTL_PRIME_HANDLE_TO_FD, &back);
+		check(r == 0 && back.fd >= 0, "vgem exports the handle back as a dma-buf");
+		uint8_t *v = back.fd >= 0 ? mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, back.fd, 0) : MAP_FAILED;
+		check(v != MAP_FAILED && memcmp(v, m + off, len) == 0, "that dma-buf shows the arena's bytes");
+		if (v != MAP_FAILED) {
+			memcpy(v + 4096, "written through vgem", 20);
+			check(memcmp(m + off + 4096, "written through vgem", 20) == 0,
+			      "a write through it is in the arena");
+			munmap(v, len);
+		}
+		if (back.fd >= 0)
+			close(back.fd);
+		struct drm_gem_close gc = { .handle = h.handle };
+		check(ioctl(card, DRM_IOCTL_GEM_CLOSE, &gc) == 0, "vgem lets it go");
+		close(card);
+	}
+	/* The dma-buf holds the arena after every fd and mapping went. */
+	uint8_t *want = malloc(len);
+	memcpy(want, m + off, len);
+	munmap(m, size);
+	close(fd);
+	check(b != MAP_FAILED && memcmp(b, want, len) == 0, "the dma-buf's mapping outlives the arena's file");
+	free(want);
+	munmap(b, len);
+	close(buf);
+	fd = dev();
+	FAILS(by_name(fd, DMAR_ARENA_IOC_ATTACH, "dmabuf"), ENOENT, "gone with its last dma-buf");
+	close(fd);
+}
+
+static void kept(void)
+{
+	const uint64_t size = 2 * MiB;
+	pid_t pid = fork();
+	if (pid == 0) {
+		int fd = dev();
+		if (create(fd, "kept", size, 2 * MiB, DMAR_ARENA_KEEP) < 0)
+			_exit(2);
+		uint8_t *m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+		if (m == MAP_FAILED)
+			_exit(3);
+		fill(m, size, 3);
+		_exit(0); /* no munmap, no close: the exit does both */
+	}
+	int st;
+	check(waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0, "a child creates arena kept and exits");
+	int fd = dev();
+	check(by_name(fd, DMAR_ARENA_IOC_ATTACH, "kept") == 0, "kept is found again after its creator exited");
+	uint8_t *m = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
+	uint8_t *want = malloc(size);
+	fill(want, size, 3);
+	check(m != MAP_FAILED && memcmp(m, want, size) == 0, "kept holds what its creator wrote");
+	struct dmar_arena_info q = { .struct_size = sizeof(q) };
+	snprintf(q.name, sizeof(q.name), "kept");
+	int qfd = dev();
+	int qr = ioctl(qfd, DMAR_ARENA_IOC_QUERY, &q);
+	check(qr == 0 && (q.flags & DMAR_ARENA_KEEP) && q.users == 2,
+	      "query by name: keep, users %u (this file and its mapping)", q.users);
+	check(by_name(qfd, DMAR_ARENA_IOC_DESTROY, "kept") == 0, "destroy kept");
+	FAILS(ioctl(qfd, DMAR_ARENA_IOC_QUERY, &q), ENOENT, "destroyed: no longer found by name");
+	check(m != MAP_FAILED && memcmp(m, want, size) == 0, "its mapping still holds the bytes after the destroy");
+	free(want);
+	munmap(m, size);
+	close(fd);
+	close(qfd);
+	check(access("/sys/kernel/dmar_arena/kept", F_OK) < 0, "its sysfs entry is gone");
+}
+
+int main(void)
+{
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	arena_rw("a4k", 8 * MiB, 4096, 0);
+	arena_rw("a2m", 16 * MiB, 2 * MiB, 0);
+	arena_rw("contig", 2 * MiB, 4096, DMAR_ARENA_CONTIG);
+	bad_arguments();
+	dmabuf();
+	kept();
+	if (failures)
+		printf("arena_test: FAIL (%d)\n", failures);
+	else
+		printf("arena_test: PASS\n");
+	return failures != 0;
+}
