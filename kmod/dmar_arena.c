@@ -73,12 +73,14 @@ struct arena {
 	unsigned long nr_pages; /* of 4 KiB */
 	struct page **pages; /* every 4 KiB page, in order */
 	atomic_t users;
+	struct file *excl; /* the one file bound with DMAR_ARENA_EXCL, or NULL; arenas_lock */
 	struct kobject kobj; /* /sys/kernel/dmar_arena/NAME */
 	bool kobj_added;
 };
 
 struct afile {
 	struct arena *a; /* NULL until CREATE or ATTACH */
+	struct file *file;
 };
 
 static DEFINE_MUTEX(arenas_lock);
@@ -275,7 +277,9 @@ static int arena_create(struct afile *f, const struct dmar_arena_create *c)
 	memcpy(a->name, c->name, sizeof(a->name));
 	a->size = c->size;
 	a->page_size = c->page_size;
-	a->flags = c->flags;
+	a->flags = c->flags & ~DMAR_ARENA_EXCL;
+	if (c->flags & DMAR_ARENA_EXCL)
+		a->excl = f->file;
 	a->nid = c->numa_node;
 
 	mutex_lock(&arenas_lock);
@@ -329,19 +333,48 @@ static int arena_attach(struct afile *f, const struct dmar_arena_name *n)
 	struct arena *a;
 	int r = 0;
 
-	if (n->reserved0 || !name_ok(n->name))
+	if (n->flags & ~DMAR_ARENA_EXCL || !name_ok(n->name))
 		return -EINVAL;
 	mutex_lock(&arenas_lock);
 	a = find_locked(n->name);
 	if (f->a)
 		r = -EBUSY;
-	else if (!a || !kref_get_unless_zero(&a->ref))
+	else if (!a)
+		r = -ENOENT;
+	else if (a->excl || ((n->flags & DMAR_ARENA_EXCL) && atomic_read(&a->users)))
+		r = -EBUSY; /* bound exclusively, or in use and exclusivity asked for */
+	else if (!kref_get_unless_zero(&a->ref))
 		r = -ENOENT;
 	else {
 		atomic_inc(&a->users);
+		if (n->flags & DMAR_ARENA_EXCL)
+			a->excl = f->file;
 		f->a = a;
 	}
 	mutex_unlock(&arenas_lock);
+	return r;
+}
+
+static int arena_rename(struct afile *f, const struct dmar_arena_name *n)
+{
+	struct arena *a;
+	int r = 0;
+
+	if (n->flags || !name_ok(n->name))
+		return -EINVAL;
+	mutex_lock(&arenas_lock);
+	a = f->a;
+	if (!a)
+		r = -ENODEV;
+	else if (!a->named)
+		r = -ENOENT; /* destroyed: it has no name to change */
+	else if (find_locked(n->name))
+		r = strcmp(a->name, n->name) ? -EEXIST : 0;
+	else
+		memcpy(a->name, n->name, sizeof(a->name));
+	mutex_unlock(&arenas_lock);
+	if (!r && a->kobj_added)
+		r = kobject_rename(&a->kobj, a->name);
 	return r;
 }
 
@@ -350,7 +383,7 @@ static int arena_destroy(const struct dmar_arena_name *n)
 	struct arena *a;
 	bool kept;
 
-	if (n->reserved0 || !name_ok(n->name))
+	if (n->flags || !name_ok(n->name))
 		return -EINVAL;
 	mutex_lock(&arenas_lock);
 	a = find_locked(n->name);
@@ -672,6 +705,9 @@ static long dev_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 		if (!r && copy_to_user((void __user *)arg, &u.q, sizeof(u.q)))
 			r = -EFAULT;
 		return r;
+	case _IOC_NR(DMAR_ARENA_IOC_RENAME):
+		r = copy_arg(&u.n, sizeof(u.n), arg);
+		return r ? r : arena_rename(f, &u.n);
 	case _IOC_NR(DMAR_ARENA_IOC_EXPORT):
 		r = copy_arg(&u.e, sizeof(u.e), arg);
 		if (!r)
@@ -690,6 +726,7 @@ static int dev_open(struct inode *inode, struct file *file)
 
 	if (!f)
 		return -ENOMEM;
+	f->file = file;
 	file->private_data = f;
 	return 0;
 }
@@ -698,8 +735,13 @@ static int dev_release(struct inode *inode, struct file *file)
 {
 	struct afile *f = file->private_data;
 
-	if (f->a)
+	if (f->a) {
+		mutex_lock(&arenas_lock);
+		if (f->a->excl == file)
+			f->a->excl = NULL;
+		mutex_unlock(&arenas_lock);
 		arena_put(f->a);
+	}
 	kfree(f);
 	return 0;
 }

@@ -83,6 +83,13 @@ static int create(int fd, const char *name, uint64_t size, uint32_t page, uint32
 	return ioctl(fd, DMAR_ARENA_IOC_CREATE, &c);
 }
 
+static int by_name_flags(int fd, unsigned long cmd, const char *name, uint32_t flags)
+{
+	struct dmar_arena_name a = { .struct_size = sizeof(a), .flags = flags };
+	snprintf(a.name, sizeof(a.name), "%s", name);
+	return ioctl(fd, cmd, &a);
+}
+
 static int by_name(int fd, unsigned long cmd, const char *name)
 {
 	struct dmar_arena_name a = { .struct_size = sizeof(a) };
@@ -310,6 +317,37 @@ static void kept(void)
 	check(access("/sys/kernel/dmar_arena/kept", F_OK) < 0, "its sysfs entry is gone");
 }
 
+/* One binding at a time (DMAR_ARENA_EXCL), and RENAME: how dmarfs makes
+ * an arena under a temporary name and gives it its own when valid. */
+static void exclusive_rename(void)
+{
+	int fd = dev(), fd2 = dev();
+	check(create(fd, "tmp.1", 2 * MiB, 4096, DMAR_ARENA_KEEP | DMAR_ARENA_EXCL) == 0, "create tmp.1, exclusive");
+	FAILS(by_name(fd2, DMAR_ARENA_IOC_ATTACH, "tmp.1"), EBUSY, "attach of an arena bound exclusively");
+	FAILS(by_name_flags(fd2, DMAR_ARENA_IOC_ATTACH, "tmp.1", DMAR_ARENA_EXCL), EBUSY, "exclusive attach of it");
+	check(by_name(fd, DMAR_ARENA_IOC_RENAME, "final") == 0, "rename tmp.1 to final");
+	check(access("/sys/kernel/dmar_arena/final/size", R_OK) == 0 && access("/sys/kernel/dmar_arena/tmp.1", F_OK) < 0,
+	      "sysfs follows the rename");
+	FAILS(by_name(fd2, DMAR_ARENA_IOC_RENAME, "x"), ENODEV, "rename from a file bound to no arena");
+	int fd3 = dev();
+	check(create(fd3, "other", 4096, 4096, 0) == 0, "create other");
+	FAILS(by_name(fd3, DMAR_ARENA_IOC_RENAME, "final"), EEXIST, "rename onto a name in use");
+	close(fd3);
+	close(fd); /* kept: final stays, free to bind again */
+	check(by_name_flags(fd2, DMAR_ARENA_IOC_ATTACH, "final", DMAR_ARENA_EXCL) == 0,
+	      "exclusive attach once the exclusive file closed");
+	int fd4 = dev();
+	FAILS(by_name(fd4, DMAR_ARENA_IOC_ATTACH, "final"), EBUSY, "another attach meanwhile");
+	close(fd2);
+	check(by_name(fd4, DMAR_ARENA_IOC_ATTACH, "final") == 0, "a plain attach after it closed");
+	int fd5 = dev();
+	FAILS(by_name_flags(fd5, DMAR_ARENA_IOC_ATTACH, "final", DMAR_ARENA_EXCL), EBUSY,
+	      "exclusive attach while another file is bound");
+	close(fd5);
+	check(by_name(fd4, DMAR_ARENA_IOC_DESTROY, "final") == 0, "destroy final");
+	close(fd4);
+}
+
 int main(void)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -319,6 +357,7 @@ int main(void)
 	bad_arguments();
 	dmabuf();
 	kept();
+	exclusive_rename();
 	if (failures)
 		printf("arena_test: FAIL (%d)\n", failures);
 	else

@@ -27,7 +27,10 @@
 #define DMAR_ARENA_KEEP (1u << 0)   /* stays after its last user closes, until DESTROY */
 #define DMAR_ARENA_CONTIG (1u << 1) /* one physically contiguous block (sizes up to the
 				     * page allocator's largest order) */
-#define DMAR_ARENA_FLAGS_ALL (DMAR_ARENA_KEEP | DMAR_ARENA_CONTIG)
+#define DMAR_ARENA_EXCL (1u << 2)   /* CREATE, ATTACH: this file is the arena's only
+				     * binding until it closes (EBUSY otherwise), as one
+				     * mount of an arena at a time needs */
+#define DMAR_ARENA_FLAGS_ALL (DMAR_ARENA_KEEP | DMAR_ARENA_CONTIG | DMAR_ARENA_EXCL)
 
 struct dmar_arena_create {
 	__u32 struct_size;
@@ -39,10 +42,13 @@ struct dmar_arena_create {
 	__u64 reserved[4];
 };
 
-/* ATTACH and DESTROY name an arena. */
+/* ATTACH (flags: DMAR_ARENA_EXCL or 0) and DESTROY (flags 0) name an
+ * arena; RENAME gives the arena this file is bound to the name new_name
+ * (EEXIST if taken): a new arena made under a temporary name is given
+ * its real one once its contents are valid. */
 struct dmar_arena_name {
 	__u32 struct_size;
-	__u32 reserved0;
+	__u32 flags;
 	char name[DMAR_ARENA_NAME_MAX];
 };
 
@@ -74,5 +80,6 @@ struct dmar_arena_export {
 #define DMAR_ARENA_IOC_DESTROY _IOW(DMAR_ARENA_IOC_MAGIC, 3, struct dmar_arena_name)
 #define DMAR_ARENA_IOC_QUERY _IOWR(DMAR_ARENA_IOC_MAGIC, 4, struct dmar_arena_info)
 #define DMAR_ARENA_IOC_EXPORT _IOWR(DMAR_ARENA_IOC_MAGIC, 5, struct dmar_arena_export)
+#define DMAR_ARENA_IOC_RENAME _IOW(DMAR_ARENA_IOC_MAGIC, 6, struct dmar_arena_name)
 
 #endif /* _UAPI_DMAR_ARENA_H */
