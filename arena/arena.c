@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "arena_i.h"
+#include "kmod.h"
 #include "rundir.h"
 #include "codec/crc32c.h"
 
@@ -51,7 +52,7 @@ static bool sb_valid(const struct dmar_sb *sb, uint64_t size, char *why, size_t 
 		return false;
 	}
 	if (sb->unit != DMAR_ARENA_UNIT || sb->size != size || sb->backing < DMAR_BACKING_HUGETLB ||
-	    sb->backing > DMAR_BACKING_NORMAL || !sb->pagesize) {
+	    sb->backing > DMAR_BACKING_KMOD || !sb->pagesize) {
 		snprintf(why, cap, "superblock says unit %u, size %llu (file: %llu), backing %u: inconsistent",
 			 sb->unit, (unsigned long long)sb->size, (unsigned long long)size, sb->backing);
 		return false;
@@ -90,6 +91,8 @@ static void sb_init(struct dmar_arena *a, const struct dmar_arena_opts *o)
 static void describe_attached(struct dmar_arena *a)
 {
 	struct dmar_region *r = &a->region;
+	if (r->backing == DMAR_BACKING_KMOD)
+		return; /* the module said what it is (region.c) */
 	if (r->backing != DMAR_BACKING_HUGETLB) {
 		r->backing = a->sb->backing;
 		r->pagesize = a->sb->pagesize;
@@ -376,16 +379,63 @@ static int list_dir(void *ctx, const char *dir)
 	return r;
 }
 
+/* An arena of the kernel module: its figures from sysfs, its superblock
+ * through a binding of it when nobody holds one (a mounted one is bound
+ * exclusively: then in_use, and no superblock to read). */
+static int list_kmod(void *ctx, const char *name, uint64_t size, unsigned users)
+{
+	struct list_walk *w = ctx;
+	struct dmar_arena_info *in = calloc(1, sizeof(*in));
+	if (!in)
+		return -ENOMEM;
+	snprintf(in->name, sizeof(in->name), "%s", name);
+	snprintf(in->path, sizeof(in->path), "kmod:%s", name);
+	in->size = in->resident = size;
+	in->backing = DMAR_BACKING_KMOD;
+	struct dmar_kmod k;
+	struct dmar_error err = { 0 };
+	if (users) {
+		in->in_use = true;
+		in->valid = true; /* its mount checked it */
+	} else if (dmar_kmod_attach(&k, name, &err) == 0) {
+		struct dmar_sb sb;
+		memcpy(&sb, k.base, sizeof(sb));
+		in->pagesize = k.page_size;
+		dmar_kmod_close(&k);
+		if (sb_valid(&sb, size, in->error, sizeof(in->error))) {
+			in->valid = true;
+			in->created = sb.created;
+			if (owner_crc(&sb.owner) == sb.owner.crc) {
+				in->keep = sb.owner.flags & DMAR_SB_KEEP;
+				in->pid = sb.owner.pid;
+				in->since = sb.owner.since;
+				snprintf(in->owner, sizeof(in->owner), "%.*s", (int)sizeof(sb.owner.mountpoint),
+					 sb.owner.mountpoint);
+			}
+		}
+	} else {
+		in->in_use = err.code == -EBUSY;
+		in->valid = in->in_use;
+		snprintf(in->error, sizeof(in->error), "%.*s", (int)sizeof(in->error) - 1, err.msg);
+	}
+	int r = w->fn(w->ctx, in);
+	free(in);
+	return r;
+}
+
 int dmar_arena_list(int (*fn)(void *ctx, const struct dmar_arena_info *i), void *ctx)
 {
 	struct list_walk w = { .fn = fn, .ctx = ctx };
-	return dmar_rundir_each(list_dir, &w);
+	int r = dmar_rundir_each(list_dir, &w);
+	return r ? r : dmar_kmod_each(list_kmod, &w);
 }
 
 int dmar_arena_drop(const char *name, struct dmar_error *err)
 {
 	char path[PATH_MAX];
 	int r = dmar_region_find(name, path);
+	if (r == -ENOENT && dmar_kmod_exists(name))
+		return dmar_kmod_drop(name, err);
 	if (r == -EINVAL)
 		return dmar_error_set(err, r, "'%s' is not an arena name", name);
 	if (r < 0)

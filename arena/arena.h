@@ -57,6 +57,14 @@ enum dmar_backing {
 	DMAR_BACKING_HUGETLB = 1,
 	DMAR_BACKING_THP = 2,
 	DMAR_BACKING_NORMAL = 3,
+	DMAR_BACKING_KMOD = 4, /* an arena of the dmar_arena kernel module (kmod/) */
+};
+
+/* Which memory a named arena may take. */
+enum dmar_backing_want {
+	DMAR_WANT_AUTO = 0, /* the kernel module's when /dev/dmar_arena opens, else as MEMORY */
+	DMAR_WANT_KMOD,     /* the kernel module's, or fail */
+	DMAR_WANT_MEMORY,   /* hugetlb, THP or normal pages in a memory filesystem */
 };
 
 struct dmar_arena_opts {
@@ -73,6 +81,7 @@ struct dmar_arena_opts {
 	bool keep;          /* recorded for dmar_arena_list: the owner keeps it at exit */
 	const char *owner;  /* recorded for dmar_arena_list: e.g. the mountpoint;
 			     * NULL on an attach leaves the last owner's record */
+	enum dmar_backing_want want; /* a new named arena's backing; an existing one keeps its own */
 };
 
 /* Bytes at the start of a named arena that its superblock holds. */

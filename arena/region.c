@@ -47,6 +47,7 @@
 #include <hugetlbfs.h>
 
 #include "region.h"
+#include "kmod.h"
 #include "rundir.h"
 
 #ifndef MFD_NOEXEC_SEAL
@@ -571,10 +572,43 @@ static int attach(struct dmar_region *r, const char *path, bool populate, struct
 	return 0;
 }
 
+/* The module's name of a kmod region (its path is "kmod:NAME"). */
+static const char *kmod_name(const struct dmar_region *r)
+{
+	return r->path + 5;
+}
+
+/* A kmod region of o's name: the module's arena of that name bound (attach)
+ * or a new one made. */
+static int kmod_open(struct dmar_region *r, const struct dmar_arena_opts *o, bool attach, struct dmar_error *err)
+{
+	struct dmar_kmod k;
+	uint32_t ps = o->pagesize == (uint64_t)sysconf(_SC_PAGESIZE) ? 4096u : 2u << 20;
+	int e = attach ? dmar_kmod_attach(&k, o->name, err) : dmar_kmod_create(&k, round_up(o->size, ps), ps, err);
+	if (e < 0)
+		return e;
+	mapped(r, k.base, k.size, k.fd, DMAR_BACKING_KMOD, k.page_size);
+	r->named = true;
+	r->attached = r->linked = attach;
+	snprintf(r->path, sizeof(r->path), "kmod:%s", o->name);
+	/* The module's pages are all mapped at mmap: nothing to populate. */
+	snprintf(r->desc, sizeof(r->desc), "%sdmar_arena kernel module, %s pages (%llu; kept by the kernel across daemon restarts)",
+		 attach ? "re-attached " : "", k.page_size == 4096 ? "4 KiB" : "2 MiB",
+		 (unsigned long long)(k.size / k.page_size));
+	return 0;
+}
+
 int dmar_region_publish(struct dmar_region *r)
 {
 	if (!r->named || r->linked)
 		return 0;
+	if (r->backing == DMAR_BACKING_KMOD) {
+		struct dmar_kmod k = { .fd = r->fd };
+		int e = dmar_kmod_publish(&k, kmod_name(r));
+		if (e == 0)
+			r->linked = true;
+		return e;
+	}
 	char self[64];
 	snprintf(self, sizeof(self), "/proc/self/fd/%d", r->fd);
 	if (linkat(AT_FDCWD, self, AT_FDCWD, r->path, AT_SYMLINK_FOLLOW) < 0)
@@ -588,6 +622,8 @@ int dmar_region_unlink(struct dmar_region *r)
 	if (!r->named || !r->linked)
 		return 0;
 	r->linked = false;
+	if (r->backing == DMAR_BACKING_KMOD)
+		return dmar_kmod_destroy(kmod_name(r));
 	return unlink(r->path) < 0 ? -errno : 0;
 }
 
@@ -637,6 +673,29 @@ int dmar_region_open(struct dmar_region *r, const struct dmar_arena_opts *o,
 				return attach(r, path, o->populate, err);
 			if ((e = remove_unused(path, err)) < 0)
 				return e;
+		}
+		/* An arena the kernel module holds is bound wherever it is
+		 * (whatever want says: it stays what it was made as); a new
+		 * one is the module's when asked, or when the module is
+		 * there and can hold the name. */
+		if (o->want != DMAR_WANT_MEMORY && dmar_kmod_exists(o->name)) {
+			if (!o->fresh)
+				return kmod_open(r, o, true, err);
+			if ((e = dmar_kmod_drop(o->name, err)) < 0)
+				return e;
+		}
+		if (o->want == DMAR_WANT_KMOD && !dmar_kmod_name_ok(o->name))
+			return dmar_error_set(err, -EINVAL, "backing=kmod: the module's arena names are 1 to 63 of A-Z a-z 0-9 . _ -, not '%s'",
+					      o->name);
+		if (o->want == DMAR_WANT_KMOD && !dmar_kmod_available()) {
+			e = open(DMAR_KMOD_DEVICE, O_RDWR | O_CLOEXEC) < 0 ? -errno : -ENODEV;
+			return dmar_error_set(err, e, "backing=kmod: " DMAR_KMOD_DEVICE ": %s (load the dmar_arena module: docs/kmod.md)",
+					      strerror(-e));
+		}
+		if (o->want != DMAR_WANT_MEMORY && dmar_kmod_name_ok(o->name) && dmar_kmod_available()) {
+			if (o->size > UINT64_MAX - (4u << 20))
+				return dmar_error_set(err, -EINVAL, "arena size %llu is too large", (unsigned long long)o->size);
+			return kmod_open(r, o, false, err);
 		}
 	}
 	if (o->size > UINT64_MAX - (1ull << 31) || o->size > (uint64_t)PTRDIFF_MAX / 2)

@@ -31,7 +31,7 @@
 
 static const char *backing_name(enum dmar_backing b)
 {
-	return b == DMAR_BACKING_HUGETLB ? "hugetlb" : b == DMAR_BACKING_THP ? "thp" : "normal";
+	return b == DMAR_BACKING_HUGETLB ? "hugetlb" : b == DMAR_BACKING_THP ? "thp" : b == DMAR_BACKING_KMOD ? "kmod" : "normal";
 }
 
 static void human(uint64_t b, char *out, size_t cap)

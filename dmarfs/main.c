@@ -218,7 +218,8 @@ int main(int argc, char **argv)
 	 * name after a crash (or after umount with keep) attaches it. */
 	dmarfs_opts_defaults(&o, 0);
 	struct dmar_arena_opts ao = { .size = o.size, .pagesize = o.pagesize, .strict = o.strict, .populate = true,
-				      .name = o.source, .fresh = o.fresh, .keep = o.keep, .owner = o.mountpoint };
+				      .name = o.source, .fresh = o.fresh, .keep = o.keep, .owner = o.mountpoint,
+				      .want = o.backing };
 	int ar = dmar_arena_new(&arena, &ao, &err);
 	if (ar < 0) {
 		fprintf(stderr, "dmarfs: arena %s: %s%s\n", o.source, err.msg,

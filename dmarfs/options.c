@@ -21,7 +21,8 @@
 #include "codec/size.h"
 
 
-enum opt_type { T_SIZE, T_U64, T_MODE, T_UINT, T_PAGESIZE, T_ENCODE, T_STR, T_FLAG, T_LEVEL, T_KERNEL, T_IGNORE };
+enum opt_type { T_SIZE, T_U64, T_MODE, T_UINT, T_PAGESIZE, T_ENCODE, T_BACKING, T_STR, T_FLAG, T_LEVEL, T_KERNEL,
+		T_IGNORE };
 
 struct opt_desc {
 	const char *name;
@@ -41,6 +42,7 @@ static const struct opt_desc table[] = {
 	O("keep", T_FLAG, keep),
 	O("fresh", T_FLAG, fresh),
 	O("encode", T_ENCODE, encode),
+	O("backing", T_BACKING, backing),
 	O("level", T_LEVEL, level),
 	O("bytepack", T_STR, bytepack),
 	O("node", T_STR, node),
@@ -155,6 +157,16 @@ static int apply(struct dmarfs_opts *o, char *item)
 			else
 				goto bad;
 			return 0;
+		case T_BACKING:
+			if (!strcmp(val, "auto"))
+				*(enum dmar_backing_want *)field = DMAR_WANT_AUTO;
+			else if (!strcmp(val, "kmod"))
+				*(enum dmar_backing_want *)field = DMAR_WANT_KMOD;
+			else if (!strcmp(val, "memory"))
+				*(enum dmar_backing_want *)field = DMAR_WANT_MEMORY;
+			else
+				goto bad;
+			return 0;
 		case T_STR: {
 			char *c = strdup(val);
 			if (!c)
@@ -207,6 +219,8 @@ static const char usage[] =
 	"  keep             keep the arena at umount: the next mount of NAME has the files\n"
 	"                   (a crash or kill never frees it; without keep, umount does)\n"
 	"  fresh            start empty, discarding an arena left under NAME\n"
+	"  backing=WHERE    auto (default: the dmar_arena kernel module's arenas when\n"
+	"                   /dev/dmar_arena is there), kmod, or memory (hugetlb/THP/pages)\n"
 	"  encode=MODE      none | dedup (default) | zstd\n"
 	"  level=N          zstd level for encode=zstd (default 3)\n"
 	"  bytepack=FILE    byte pack (dmar mine) for encode=zstd\n"

@@ -11,6 +11,7 @@
 #include <sys/types.h>
 
 #include "file.h"
+#include "arena/arena.h"
 
 struct dmarfs_opts {
 	char *source;        /* NAME: the fsname shown by mount(8) */
@@ -27,6 +28,7 @@ struct dmarfs_opts {
 	gid_t gid;
 	uint64_t pagesize;   /* 0 default, 4096 none */
 	bool strict;
+	enum dmar_backing_want backing; /* backing=: a new arena's memory */
 	enum dmar_encode_mode encode;
 	int level;
 	char *bytepack;

@@ -360,7 +360,7 @@ static int arena_rename(struct afile *f, const struct dmar_arena_name *n)
 	struct arena *a;
 	int r = 0;
 
-	if (n->flags || !name_ok(n->name))
+	if (n->flags & ~DMAR_ARENA_KEEP || !name_ok(n->name))
 		return -EINVAL;
 	mutex_lock(&arenas_lock);
 	a = f->a;
@@ -372,6 +372,10 @@ static int arena_rename(struct afile *f, const struct dmar_arena_name *n)
 		r = strcmp(a->name, n->name) ? -EEXIST : 0;
 	else
 		memcpy(a->name, n->name, sizeof(a->name));
+	if (!r && (n->flags & DMAR_ARENA_KEEP) && !(a->flags & DMAR_ARENA_KEEP)) {
+		a->flags |= DMAR_ARENA_KEEP;
+		kref_get(&a->ref); /* the registry's */
+	}
 	mutex_unlock(&arenas_lock);
 	if (!r && a->kobj_added)
 		r = kobject_rename(&a->kobj, a->name);

@@ -322,10 +322,10 @@ static void kept(void)
 static void exclusive_rename(void)
 {
 	int fd = dev(), fd2 = dev();
-	check(create(fd, "tmp.1", 2 * MiB, 4096, DMAR_ARENA_KEEP | DMAR_ARENA_EXCL) == 0, "create tmp.1, exclusive");
+	check(create(fd, "tmp.1", 2 * MiB, 4096, DMAR_ARENA_EXCL) == 0, "create tmp.1, exclusive, not kept");
 	FAILS(by_name(fd2, DMAR_ARENA_IOC_ATTACH, "tmp.1"), EBUSY, "attach of an arena bound exclusively");
 	FAILS(by_name_flags(fd2, DMAR_ARENA_IOC_ATTACH, "tmp.1", DMAR_ARENA_EXCL), EBUSY, "exclusive attach of it");
-	check(by_name(fd, DMAR_ARENA_IOC_RENAME, "final") == 0, "rename tmp.1 to final");
+	check(by_name_flags(fd, DMAR_ARENA_IOC_RENAME, "final", DMAR_ARENA_KEEP) == 0, "rename tmp.1 to final, kept");
 	check(access("/sys/kernel/dmar_arena/final/size", R_OK) == 0 && access("/sys/kernel/dmar_arena/tmp.1", F_OK) < 0,
 	      "sysfs follows the rename");
 	FAILS(by_name(fd2, DMAR_ARENA_IOC_RENAME, "x"), ENODEV, "rename from a file bound to no arena");
@@ -333,7 +333,7 @@ static void exclusive_rename(void)
 	check(create(fd3, "other", 4096, 4096, 0) == 0, "create other");
 	FAILS(by_name(fd3, DMAR_ARENA_IOC_RENAME, "final"), EEXIST, "rename onto a name in use");
 	close(fd3);
-	close(fd); /* kept: final stays, free to bind again */
+	close(fd); /* kept by the rename: final stays, free to bind again */
 	check(by_name_flags(fd2, DMAR_ARENA_IOC_ATTACH, "final", DMAR_ARENA_EXCL) == 0,
 	      "exclusive attach once the exclusive file closed");
 	int fd4 = dev();

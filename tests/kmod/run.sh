@@ -11,6 +11,15 @@
 # has no WARNING/BUG/Oops/KASAN line, unload dmar_arena.  The guest prints
 # one verdict line that this script waits for (bounded: KMOD_TIMEOUT, 300 s).
 #
+# Then dmarfs on the module's arenas (the build's dmarfs/dmarfs, with its
+# shared libraries and fuse.ko; skipped with a note when top_builddir has
+# none, or when it is a sanitizer build): a mount with keep writes files,
+# unmounts and mounts again (re-attached from the kernel's arena, files
+# intact), the daemon is killed with SIGKILL and the next mount of the
+# same name detaches the dead mount and has every file closed before the
+# kill; `dmarfs --arenas` lists the arena (backing kmod) and --drop frees
+# it.
+#
 # Skips (exit 77) with a message when the headers, the kernel image, qemu
 # or busybox-static are missing (scripts/install-deps installs them).
 set -eu
@@ -42,7 +51,8 @@ echo "kernel $KVER; building kmod/ with -Werror and sparse"
 cp -r "$top_srcdir/kmod" "$T/kmod"
 SPARSE=""
 command -v sparse >/dev/null && SPARSE="C=1"
-make -C "$T/kmod" KDIR="/lib/modules/$KVER/build" $SPARSE >"$T/build.log" 2>&1 || {
+# a make of its own, not a job of make check's (its jobserver is not ours)
+env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -C "$T/kmod" KDIR="/lib/modules/$KVER/build" $SPARSE >"$T/build.log" 2>&1 || {
 	cat "$T/build.log"
 	fail "the module does not build"
 }
@@ -59,6 +69,32 @@ cp "$BUSYBOX" "$R/bin/busybox"
 for a in sh mount insmod rmmod dmesg grep poweroff cat sleep ls; do ln -s busybox "$R/bin/$a"; done
 cp "$MODDIR/drm.ko" "$MODDIR/drm_shmem_helper.ko" "$MODDIR/vgem/vgem.ko" "$T/kmod/dmar_arena.ko" "$R/lib/modules/"
 cp "$T/arena_test" "$R/bin/arena_test"
+
+# dmarfs, its libraries and FUSE, when this build has a plain dmarfs.
+DMARFS_BIN=${top_builddir:+$top_builddir/dmarfs/dmarfs}
+WITH_DMARFS=0
+if [ -n "$DMARFS_BIN" ] && [ -x "$DMARFS_BIN" ] && [ -f "/lib/modules/$KVER/kernel/fs/fuse/fuse.ko" ]; then
+	if nm "$DMARFS_BIN" 2>/dev/null | grep -q __asan_init; then
+		echo "note: $DMARFS_BIN is a sanitizer build: the guest runs no dmarfs (the plain pass does)"
+	else
+		WITH_DMARFS=1
+		mkdir -p "$R/lib64" "$R/lib/x86_64-linux-gnu" "$R/mnt/d" "$R/tmp" "$R/etc"
+		cp "$DMARFS_BIN" "$R/bin/dmarfs"
+		ldd "$DMARFS_BIN" | awk '$3 ~ /^\// { print $3 } $1 ~ /^\/lib64\// { print $1 }' | while read -r lib; do
+			cp -L "$lib" "$R$lib" 2>/dev/null || cp -L "$lib" "$R/lib/x86_64-linux-gnu/"
+		done
+		# dlopened, so not in ldd's list: glibc's unwinder (pthread_cancel
+		# at the daemon's end) and libcrypto (the hash, where no SHA-NI)
+		for lib in /lib/x86_64-linux-gnu/libgcc_s.so.1 /lib/x86_64-linux-gnu/libcrypto.so.3; do
+			[ -f "$lib" ] && cp -L "$lib" "$R/lib/x86_64-linux-gnu/"
+		done
+		cp "/lib/modules/$KVER/kernel/fs/fuse/fuse.ko" "$R/lib/modules/"
+		for a in dd sha256sum kill pidof umount mkdir head cmp; do ln -s busybox "$R/bin/$a"; done
+	fi
+else
+	echo "note: no dmarfs build (top_builddir) or no fuse.ko: the guest runs no dmarfs"
+fi
+echo "$WITH_DMARFS" >"$R/with_dmarfs"
 cat >"$R/init" <<'EOF'
 #!/bin/sh
 export PATH=/bin
@@ -78,6 +114,50 @@ if dmesg | grep -E "WARNING|BUG|Oops|KASAN|general protection|refcount_t|list_de
 	verdict "FAIL the kernel log has warnings (above)"
 fi
 [ "$rc" = 0 ] || verdict "FAIL arena_test exit $rc"
+if [ "$(cat /with_dmarfs)" = 1 ]; then
+	insmod dmar_arena.ko max_total_mb=128 || verdict "FAIL insmod dmar_arena again"
+	insmod fuse.ko || verdict "FAIL insmod fuse"
+	M=/mnt/d
+	dmarfs kt $M -o size=32m,keep || verdict "FAIL dmarfs mount on the module's arena"
+	grep -q . /sys/kernel/dmar_arena/kt/size || verdict "FAIL no kernel arena kt after the mount"
+	echo "dmarfs: $(cat /sys/kernel/dmar_arena/kt/backing), users $(cat /sys/kernel/dmar_arena/kt/users)"
+	echo hello >$M/a
+	dd if=/dev/urandom of=/tmp/b bs=65536 count=48 2>/dev/null
+	cp_() { cat "$1" >"$2"; }
+	cp_ /tmp/b $M/b || verdict "FAIL write b"
+	umount $M || verdict "FAIL umount"
+	sleep 1
+	[ -e /sys/kernel/dmar_arena/kt ] || verdict "FAIL the kept arena went at umount"
+	dmarfs kt $M -o keep || verdict "FAIL mount again (re-attach)"
+	[ "$(cat $M/a)" = hello ] && cmp -s /tmp/b $M/b || verdict "FAIL files differ after the re-attach"
+	echo "dmarfs: re-attached after umount, files intact"
+	dd if=/dev/urandom of=/tmp/c bs=65536 count=16 2>/dev/null
+	cp_ /tmp/c $M/c || verdict "FAIL write c"
+	kill -9 $(pidof dmarfs) || verdict "FAIL kill -9"
+	sleep 1
+	dmarfs kt $M -o keep || verdict "FAIL mount after kill -9"
+	[ "$(cat $M/a)" = hello ] && cmp -s /tmp/b $M/b && cmp -s /tmp/c $M/c || verdict "FAIL files differ after kill -9"
+	echo "dmarfs: re-attached after kill -9, files intact"
+	gone() { for i in 1 2 3 4 5 6 7 8 9 10; do pidof dmarfs >/dev/null || return 0; sleep 1; done; return 1; }
+	umount $M || verdict "FAIL umount after kill"
+	gone || verdict "FAIL the daemon did not end after umount"
+	dmarfs --arenas >/tmp/arenas 2>&1
+	cat /tmp/arenas
+	grep -q "^kt .* kmod " /tmp/arenas || verdict "FAIL dmarfs --arenas does not list kt as kmod"
+	dmarfs --arenas --drop kt || verdict "FAIL --drop kt"
+	[ -e /sys/kernel/dmar_arena/kt ] && verdict "FAIL kt still there after --drop"
+	# without keep, umount frees the arena (as a tmpfs goes)
+	dmarfs kt2 $M -o size=8m || verdict "FAIL mount kt2"
+	echo x >$M/x
+	umount $M || verdict "FAIL umount kt2"
+	gone || verdict "FAIL the daemon of kt2 did not end"
+	[ -e /sys/kernel/dmar_arena/kt2 ] && verdict "FAIL kt2 (no keep) still there after umount"
+	echo "dmarfs: an arena without keep goes at umount"
+	rmmod dmar_arena || verdict "FAIL rmmod dmar_arena after dmarfs"
+	if dmesg | grep -E "WARNING|BUG|Oops|KASAN|general protection|refcount_t|list_del corruption"; then
+		verdict "FAIL the kernel log has warnings after dmarfs (above)"
+	fi
+fi
 verdict PASS
 EOF
 chmod +x "$R/init"
@@ -89,7 +169,7 @@ timeout "$KMOD_TIMEOUT" "$QEMU" -machine q35 -accel tcg -cpu max -smp 2 -m 512 -
 	-kernel "/boot/vmlinuz-$KVER" -initrd "$T/initramfs.gz" \
 	-append "console=ttyS0 panic=-1 loglevel=4 quiet" </dev/null >"$T/console.log" 2>&1 || true
 secs=$(($(date +%s) - start))
-sed -n '/^ok \|^not ok \|arena_test:\|KMOD-VERDICT\|WARNING\|BUG\|Oops\|Call Trace/p' "$T/console.log"
+sed -n '/^ok \|^not ok \|arena_test:\|^dmarfs\|^kt \|KMOD-VERDICT\|WARNING\|BUG\|Oops\|Call Trace/p' "$T/console.log"
 v=$(sed -n 's/^KMOD-VERDICT: //p' "$T/console.log" | tr -d '\r' | head -1)
 echo "guest: ${secs} s"
 case $v in

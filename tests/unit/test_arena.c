@@ -209,6 +209,8 @@ static void test_default_backing(void **state)
 	case DMAR_BACKING_NORMAL:
 		assert_int_equal(strncmp(d, "normal", 6), 0);
 		break;
+	case DMAR_BACKING_KMOD:
+		fail_msg("an unnamed arena is never the kernel module's");
 	}
 	assert_usable(a);
 	dmar_arena_free(a);
@@ -822,6 +824,22 @@ static void test_named(void **state)
 	named("../x", MiB, false, -EINVAL);
 	named(".hidden", MiB, false, -EINVAL);
 	named("absent", 0, false, -EINVAL);
+
+	/* backing=kmod: the kernel module's or nothing; a name it cannot
+	 * hold is refused before anything is made.  (The module itself is
+	 * tested in tests/kmod/run.sh's guest.) */
+	struct dmar_arena_opts ko = { .size = MiB, .pagesize = 4096, .name = "km@1", .want = DMAR_WANT_KMOD };
+	struct dmar_arena *ka = NULL;
+	assert_int_equal(dmar_arena_new(&ka, &ko, &err), -EINVAL);
+	assert_non_null(strstr(err.msg, "backing=kmod"));
+	if (access("/dev/dmar_arena", F_OK) != 0) {
+		memset(&err, 0, sizeof(err));
+		ko.name = "km1";
+		int kr = dmar_arena_new(&ka, &ko, &err);
+		assert_true(kr < 0);
+		assert_non_null(strstr(err.msg, "load the dmar_arena module"));
+	}
+	memset(&err, 0, sizeof(err));
 
 	struct dmar_arena *a = named("t1", 4 * MiB, false, 0);
 	assert_false(dmar_arena_attached(a));

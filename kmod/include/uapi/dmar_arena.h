@@ -43,9 +43,10 @@ struct dmar_arena_create {
 };
 
 /* ATTACH (flags: DMAR_ARENA_EXCL or 0) and DESTROY (flags 0) name an
- * arena; RENAME gives the arena this file is bound to the name new_name
- * (EEXIST if taken): a new arena made under a temporary name is given
- * its real one once its contents are valid. */
+ * arena; RENAME gives the arena this file is bound to the name name
+ * (EEXIST if taken), and with flags DMAR_ARENA_KEEP makes it kept: a new
+ * arena made under a temporary name, without KEEP (so that it goes if its
+ * maker dies first), is given its real name and kept once valid. */
 struct dmar_arena_name {
 	__u32 struct_size;
 	__u32 flags;
