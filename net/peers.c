@@ -181,6 +181,113 @@ static const char *parse_address(char *a, char **host, uint16_t *port)
 	return NULL;
 }
 
+/* ---- Slurm host lists --------------------------------------------------- */
+
+struct hl {
+	int (*fn)(void *ctx, const char *name);
+	void *ctx;
+	size_t max, n;
+	const char *list;
+	struct dmar_error *err;
+};
+
+/* Expand item (len bytes, brackets balanced and not nested) from its
+ * group at pos on, the name built so far in out[0..olen). */
+static int hl_item(struct hl *h, const char *item, size_t len, size_t pos, char *out, size_t olen)
+{
+	const char *open = memchr(item + pos, '[', len - pos);
+	size_t text = open ? (size_t)(open - (item + pos)) : len - pos;
+	if (olen + text > DMAR_PEER_NAME_MAX)
+		return dmar_error_set(h->err, -EINVAL, "%.80s: a name longer than %d characters", h->list,
+				      DMAR_PEER_NAME_MAX);
+	memcpy(out + olen, item + pos, text);
+	olen += text;
+	if (!open) {
+		out[olen] = 0;
+		if (++h->n > h->max)
+			return dmar_error_set(h->err, -EINVAL, "%.80s: more than %zu names", h->list, h->max);
+		return h->fn(h->ctx, out);
+	}
+	const char *close = memchr(open, ']', (size_t)(item + len - open));
+	const char *g = open + 1, *end = close;
+	if (g == end)
+		return dmar_error_set(h->err, -EINVAL, "%.80s: an empty []", h->list);
+	/* each element: N or A-B */
+	for (const char *e = g; e < end;) {
+		const char *comma = memchr(e, ',', (size_t)(end - e));
+		const char *ee = comma ? comma : end;
+		const char *dash = memchr(e, '-', (size_t)(ee - e));
+		const char *a = e, *ae = dash ? dash : ee, *b = dash ? dash + 1 : e, *be = ee;
+		if (ae == a || be == b)
+			return dmar_error_set(h->err, -EINVAL, "%.80s: an empty range", h->list);
+		if (ae - a > 9 || be - b > 9)
+			return dmar_error_set(h->err, -EINVAL, "%.80s: a number of more than 9 digits", h->list);
+		unsigned long lo = 0, hi = 0;
+		for (const char *c = a; c < ae; c++) {
+			if (*c < '0' || *c > '9')
+				return dmar_error_set(h->err, -EINVAL, "%.80s: '%c' in a range (digits and '-' only)",
+						      h->list, *c);
+			lo = lo * 10 + (unsigned long)(*c - '0');
+		}
+		for (const char *c = b; c < be; c++) {
+			if (*c < '0' || *c > '9')
+				return dmar_error_set(h->err, -EINVAL, "%.80s: '%c' in a range (digits and '-' only)",
+						      h->list, *c);
+			hi = hi * 10 + (unsigned long)(*c - '0');
+		}
+		if (hi < lo)
+			return dmar_error_set(h->err, -EINVAL, "%.80s: descending range %lu-%lu", h->list, lo, hi);
+		if (hi - lo >= h->max)
+			return dmar_error_set(h->err, -EINVAL, "%.80s: more than %zu names", h->list, h->max);
+		int width = (int)(ae - a);
+		for (unsigned long v = lo; v <= hi; v++) {
+			char num[16];
+			int k = snprintf(num, sizeof(num), "%0*lu", width, v);
+			if (olen + (size_t)k > DMAR_PEER_NAME_MAX)
+				return dmar_error_set(h->err, -EINVAL, "%.80s: a name longer than %d characters",
+						      h->list, DMAR_PEER_NAME_MAX);
+			memcpy(out + olen, num, (size_t)k);
+			int r = hl_item(h, item, len, (size_t)(close + 1 - item), out, olen + (size_t)k);
+			if (r)
+				return r;
+		}
+		e = comma ? comma + 1 : end;
+		if (comma && e == end)
+			return dmar_error_set(h->err, -EINVAL, "%.80s: an empty range", h->list);
+	}
+	return 0;
+}
+
+int dmar_hostlist_expand(const char *list, size_t max, int (*fn)(void *ctx, const char *name), void *ctx,
+			 struct dmar_error *err)
+{
+	struct hl h = { .fn = fn, .ctx = ctx, .max = max, .list = list, .err = err };
+	size_t n = strlen(list);
+	if (!n)
+		return dmar_error_set(err, -EINVAL, "an empty host list");
+	for (size_t pos = 0; pos <= n;) {
+		/* the item runs to the next ',' outside brackets */
+		size_t end = pos;
+		int depth = 0;
+		for (; end < n && (list[end] != ',' || depth); end++) {
+			if (list[end] == '[' && depth++)
+				return dmar_error_set(err, -EINVAL, "%.80s: nested '['", list);
+			if (list[end] == ']' && depth-- == 0)
+				return dmar_error_set(err, -EINVAL, "%.80s: ']' without '['", list);
+		}
+		if (depth)
+			return dmar_error_set(err, -EINVAL, "%.80s: '[' without ']'", list);
+		if (end == pos)
+			return dmar_error_set(err, -EINVAL, "%.80s: an empty item", list);
+		char name[DMAR_PEER_NAME_MAX + 1];
+		int r = hl_item(&h, list + pos, end - pos, 0, name, 0);
+		if (r)
+			return r;
+		pos = end + 1;
+	}
+	return 0;
+}
+
 struct parse_state {
 	struct dmar_peers *ps;
 	size_t cap;
@@ -192,6 +299,63 @@ static int line_error(struct parse_state *st, unsigned line, const char *what, c
 {
 	return dmar_error_set(st->err, -EINVAL, "%s:%u: %s%s%.80s", st->file, line, what, arg ? " " : "",
 			      arg ? arg : "");
+}
+
+/* Peer name at host:port, from line. */
+static int add_peer(struct parse_state *st, unsigned line, const char *name, const char *host, uint16_t port, bool tls)
+{
+	struct dmar_peers *ps = st->ps;
+	for (size_t i = 0; i < ps->n; i++)
+		if (strcmp(ps->p[i].name, name) == 0)
+			return dmar_error_set(st->err, -EINVAL, "%s:%u: duplicate name %s (first on line %u)", st->file,
+					      line, name, ps->line[i]);
+	if (ps->n == DMAR_PEERS_MAX)
+		return dmar_error_set(st->err, -EINVAL, "%s:%u: more than %d peers", st->file, line, DMAR_PEERS_MAX);
+	if (ps->n == st->cap) {
+		size_t cap = st->cap ? 2 * st->cap : 16;
+		struct dmar_peer *np = realloc(ps->p, cap * sizeof(*np));
+		if (!np)
+			return -ENOMEM;
+		ps->p = np;
+		unsigned *nl = realloc(ps->line, cap * sizeof(*nl));
+		if (!nl)
+			return -ENOMEM;
+		ps->line = nl;
+		st->cap = cap;
+	}
+	size_t ln = strlen(name), lh = strlen(host);
+	char *mem = malloc(ln + lh + 2);
+	if (!mem)
+		return -ENOMEM;
+	memcpy(mem, name, ln + 1);
+	memcpy(mem + ln + 1, host, lh + 1);
+	ps->p[ps->n] = (struct dmar_peer){ .name = mem, .host = mem + ln + 1, .port = port, .tls = tls };
+	ps->line[ps->n] = line;
+	ps->n++;
+	return 0;
+}
+
+struct hl_add {
+	struct parse_state *st;
+	unsigned line;
+	uint16_t port;
+	bool tls;
+};
+
+/* A name of a node list: a peer of that name at that host, if both are
+ * names a peer and a host can be. */
+static int hl_add_one(void *ctx, const char *name)
+{
+	struct hl_add *h = ctx;
+	const char *bad = check_name(name);
+	if (!bad)
+		bad = check_hostname(name);
+	if (bad) {
+		char what[128];
+		snprintf(what, sizeof(what), "bad name in the node list (%s):", bad);
+		return line_error(h->st, h->line, what, name);
+	}
+	return add_peer(h->st, h->line, name, name, h->port, h->tls);
 }
 
 /* One line (NUL-terminated copy, writable, no line end). */
@@ -224,17 +388,46 @@ static int parse_line(struct parse_state *st, char *s, unsigned line)
 		for (const char *c = f[i]; *c; c++)
 			if ((unsigned char)*c < 0x21 || (unsigned char)*c > 0x7e)
 				return line_error(st, line, "control or non-ASCII byte", NULL);
-	const char *bad = check_name(f[0]);
-	if (bad) {
-		char what[96];
-		snprintf(what, sizeof(what), "bad name (%s):", bad);
-		return line_error(st, line, what, f[0]);
-	}
 	bool tls = false;
 	if (nf == 3) {
 		if (strcmp(f[2], "https") != 0)
 			return line_error(st, line, "unknown option (the third field can only be https):", f[2]);
 		tls = true;
+	}
+	/* A Slurm node list: each name a peer at the host of that name. */
+	if (f[0][0] == '$' || strpbrk(f[0], "[],")) {
+		const char *list = f[0];
+		if (f[0][0] == '$') {
+			if (strcmp(f[0], "$SLURM_JOB_NODELIST") != 0)
+				return line_error(st, line, "the only variable a name can be is $SLURM_JOB_NODELIST, not",
+						  f[0]);
+			if (!(list = getenv("SLURM_JOB_NODELIST")) || !*list)
+				return line_error(st, line, "$SLURM_JOB_NODELIST is not set (not in a Slurm job?)", NULL);
+		}
+		if (strncmp(f[1], "*:", 2) != 0)
+			return line_error(st, line, "a node list's address is *:PORT (each name is its host), not", f[1]);
+		char *host;
+		uint16_t port;
+		char addr[DMAR_PEERS_LINE_MAX + 3];
+		snprintf(addr, sizeof(addr), "x%s", f[1] + 1); /* a placeholder host for the port's check */
+		const char *bad = parse_address(addr, &host, &port);
+		if (bad) {
+			char what[96];
+			snprintf(what, sizeof(what), "bad address (%s):", bad);
+			return line_error(st, line, what, f[1]);
+		}
+		struct hl_add ha = { .st = st, .line = line, .port = port, .tls = tls };
+		struct dmar_error herr = { 0 };
+		int r = dmar_hostlist_expand(list, DMAR_PEERS_MAX, hl_add_one, &ha, &herr);
+		if (r == -EINVAL && herr.code)
+			return dmar_error_set(st->err, -EINVAL, "%s:%u: %s", st->file, line, herr.msg);
+		return r;
+	}
+	const char *bad = check_name(f[0]);
+	if (bad) {
+		char what[96];
+		snprintf(what, sizeof(what), "bad name (%s):", bad);
+		return line_error(st, line, what, f[0]);
 	}
 	char *host;
 	uint16_t port;
@@ -246,35 +439,7 @@ static int parse_line(struct parse_state *st, char *s, unsigned line)
 		snprintf(what, sizeof(what), "bad address (%s):", bad);
 		return line_error(st, line, what, addr);
 	}
-	struct dmar_peers *ps = st->ps;
-	for (size_t i = 0; i < ps->n; i++)
-		if (strcmp(ps->p[i].name, f[0]) == 0)
-			return dmar_error_set(st->err, -EINVAL, "%s:%u: duplicate name %s (first on line %u)", st->file,
-					      line, f[0], ps->line[i]);
-	if (ps->n == DMAR_PEERS_MAX)
-		return dmar_error_set(st->err, -EINVAL, "%s:%u: more than %d peers", st->file, line, DMAR_PEERS_MAX);
-	if (ps->n == st->cap) {
-		size_t cap = st->cap ? 2 * st->cap : 16;
-		struct dmar_peer *np = realloc(ps->p, cap * sizeof(*np));
-		if (!np)
-			return -ENOMEM;
-		ps->p = np;
-		unsigned *nl = realloc(ps->line, cap * sizeof(*nl));
-		if (!nl)
-			return -ENOMEM;
-		ps->line = nl;
-		st->cap = cap;
-	}
-	size_t ln = strlen(f[0]), lh = strlen(host);
-	char *mem = malloc(ln + lh + 2);
-	if (!mem)
-		return -ENOMEM;
-	memcpy(mem, f[0], ln + 1);
-	memcpy(mem + ln + 1, host, lh + 1);
-	ps->p[ps->n] = (struct dmar_peer){ .name = mem, .host = mem + ln + 1, .port = port, .tls = tls };
-	ps->line[ps->n] = line;
-	ps->n++;
-	return 0;
+	return add_peer(st, line, f[0], host, port, tls);
 }
 
 int dmar_peers_parse(const void *buf, size_t len, const char *name, struct dmar_peers **out,

@@ -19,6 +19,17 @@
  * comment that runs to the end of the line; blank lines, leading and
  * trailing whitespace and CRLF line ends are fine.
  *
+ * A line may also name many peers at once, each at the host of its own
+ * name, in a Slurm node list (sinfo's and SLURM_JOB_NODELIST's form):
+ *
+ *     node[01-16]           *:7420
+ *     gpu[1-4,8],login1     *:7420   https
+ *     $SLURM_JOB_NODELIST   *:7420
+ *
+ * The NAME field is a list (dmar_hostlist_expand) or, as
+ * $SLURM_JOB_NODELIST, the list in that environment variable (a job's
+ * nodes); the address is then "*:PORT", "*" standing for each name.
+ *
  * Limits: at most DMAR_PEERS_MAX peers, lines of at most
  * DMAR_PEERS_LINE_MAX bytes (without the line end), no NUL byte; a file
  * of at most DMAR_PEERS_FILE_MAX bytes.
@@ -51,6 +62,21 @@ struct dmar_peer {
 };
 
 struct dmar_peers;
+
+/*
+ * Expand a Slurm host list: items separated by ',', each text with
+ * bracket groups "[1-4,7]" of numbers and ranges, expanded in order and,
+ * for several groups in one item, in every combination ("r[1-2]n[1-2]":
+ * r1n1 r1n2 r2n1 r2n2); a range keeps the width of its lower bound
+ * ("[08-10]": 08 09 10).  fn gets each name in order (a non-zero return
+ * stops the expansion and is returned).  Untrusted input: -EINVAL with
+ * err ("node[3-1]: descending range") for an unbalanced or nested
+ * bracket, an empty item or range, a descending range, a number of more
+ * than 9 digits, a name of more than DMAR_PEER_NAME_MAX bytes, or more
+ * than max names in all.
+ */
+int dmar_hostlist_expand(const char *list, size_t max, int (*fn)(void *ctx, const char *name), void *ctx,
+			 struct dmar_error *err);
 
 /*
  * Parse len bytes of a peers file into a new list (*out; free with

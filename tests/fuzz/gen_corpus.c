@@ -875,6 +875,8 @@ static void gen_peers(void)
 	put_peers("bad-fields", "a 10.0.0.1:7420 https more\n");
 	put_peers("bad-no-address", "lonely\n");
 	put_peers("bad-url", "a https://10.0.0.1:7420\n");
+	put_peers("nodelist", "a 10.0.0.1:7420\nnode[01-16] *:7420\ngpu[1-2,5]r[1-2] *:7000 https\n");
+	put_peers("bad-nodelist", "node[3-1] *:7420\n");
 	static char line[1100];
 	memset(line, ' ', 1025);
 	memcpy(line, "a 1.2.3.4:5", 11);

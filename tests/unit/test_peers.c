@@ -417,6 +417,117 @@ static void test_token(void **state)
 	assert_msg_contains(&e9, "not a regular file");
 }
 
+/* ---- Slurm node lists ---- */
+
+struct names {
+	char buf[8192];
+	size_t n;
+};
+
+static int collect(void *ctx, const char *name)
+{
+	struct names *w = ctx;
+	size_t l = strlen(w->buf);
+	snprintf(w->buf + l, sizeof(w->buf) - l, "%s%s", l ? " " : "", name);
+	w->n++;
+	return 0;
+}
+
+static const char *expand(const char *list, size_t max, int want, const char *msg)
+{
+	static struct names w;
+	struct dmar_error err = { 0 };
+	memset(&w, 0, sizeof(w));
+	int r = dmar_hostlist_expand(list, max, collect, &w, &err);
+	if (r != want)
+		fail_msg("%s: %d (%s), expected %d", list, r, err.msg, want);
+	if (msg)
+		assert_msg_contains(&err, msg);
+	return w.buf;
+}
+
+static void test_hostlist(void **state)
+{
+	(void)state;
+	assert_string_equal(expand("node1", 1024, 0, NULL), "node1");
+	assert_string_equal(expand("node[1-3]", 1024, 0, NULL), "node1 node2 node3");
+	assert_string_equal(expand("node[08-11]", 1024, 0, NULL), "node08 node09 node10 node11");
+	assert_string_equal(expand("gpu[1-2,5],login", 1024, 0, NULL), "gpu1 gpu2 gpu5 login");
+	assert_string_equal(expand("r[1-2]n[1-2]", 1024, 0, NULL), "r1n1 r1n2 r2n1 r2n2");
+	assert_string_equal(expand("a[1]-x,b", 1024, 0, NULL), "a1-x b");
+	assert_string_equal(expand("[1-2]x", 1024, 0, NULL), "1x 2x");
+	const char *big = expand("n[0001-1024]", 1024, 0, NULL);
+	assert_int_equal(strncmp(big, "n0001 n0002", 11), 0);
+	assert_non_null(strstr(big, "n1024"));
+	/* bad input, each with its message */
+	expand("", 1024, -EINVAL, "an empty host list");
+	expand("a,,b", 1024, -EINVAL, "an empty item");
+	expand("a,", 1024, -EINVAL, "an empty item");
+	expand("node[1-3", 1024, -EINVAL, "'[' without ']'");
+	expand("node1-3]", 1024, -EINVAL, "']' without '['");
+	expand("node[1-[2]]", 1024, -EINVAL, "nested '['");
+	expand("node[]", 1024, -EINVAL, "an empty []");
+	expand("node[3-1]", 1024, -EINVAL, "descending range 3-1");
+	expand("node[1-]", 1024, -EINVAL, "an empty range");
+	expand("node[,1]", 1024, -EINVAL, "an empty range");
+	expand("node[1,]", 1024, -EINVAL, "an empty range");
+	expand("node[a-b]", 1024, -EINVAL, "'a' in a range");
+	expand("node[1234567890]", 1024, -EINVAL, "more than 9 digits");
+	expand("n[1-1025]", 1024, -EINVAL, "more than 1024 names");
+	expand("n[1-100]m[1-100]", 1024, -EINVAL, "more than 1024 names");
+	expand("n[0-999999999]", 1024, -EINVAL, "more than 1024 names");
+	char longname[80];
+	memset(longname, 'x', 64);
+	longname[64] = 0;
+	expand(longname, 1024, -EINVAL, "longer than 63");
+	snprintf(longname, sizeof(longname), "%.61s[100-101]", "yyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyy");
+	expand(longname, 1024, -EINVAL, "longer than 63");
+}
+
+/* Node lists in the peers file, and $SLURM_JOB_NODELIST. */
+static void test_peers_nodelist(void **state)
+{
+	(void)state;
+	struct dmar_peers *p = parse_ok("a 10.0.0.1:7420\nnode[01-04] *:7421\ngpu[1-2] *:7000 https\n");
+	assert_int_equal(dmar_peers_count(p), 7);
+	assert_peer(dmar_peers_get(p, 1), "node01", "node01", 7421, false);
+	assert_peer(dmar_peers_get(p, 4), "node04", "node04", 7421, false);
+	assert_peer(dmar_peers_find(p, "gpu2"), "gpu2", "gpu2", 7000, true);
+	dmar_peers_free(p);
+
+	setenv("SLURM_JOB_NODELIST", "cn[7-9],head", 1);
+	p = parse_ok("$SLURM_JOB_NODELIST *:7420\n");
+	assert_int_equal(dmar_peers_count(p), 4);
+	assert_peer(dmar_peers_get(p, 0), "cn7", "cn7", 7420, false);
+	assert_peer(dmar_peers_get(p, 3), "head", "head", 7420, false);
+	dmar_peers_free(p);
+
+	static const struct {
+		const char *text, *msg;
+	} bad[] = {
+		{ "node[1-2] 10.0.0.1:7420\n", "peers.txt:1: a node list's address is *:PORT" },
+		{ "node[1-2] *:0\n", "peers.txt:1: bad address (port out of range" },
+		{ "node[2-1] *:7420\n", "peers.txt:1: node[2-1]: descending range 2-1" },
+		{ "node1 1.2.3.4:1\nnode[1-2] *:7420\n", "peers.txt:2: duplicate name node1 (first on line 1)" },
+		{ "$HOME *:7420\n", "the only variable a name can be is $SLURM_JOB_NODELIST" },
+		{ "-x[1-2] *:7420\n", "bad name in the node list" },
+		{ "n[1-2] *:7420 http\n", "unknown option" },
+	};
+	for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++) {
+		struct dmar_error err = { 0 };
+		struct dmar_peers *q = NULL;
+		int r = dmar_peers_parse(bad[k].text, strlen(bad[k].text), "peers.txt", &q, &err);
+		if (r != -EINVAL)
+			fail_msg("case %zu: %d", k, r);
+		assert_msg_contains(&err, bad[k].msg);
+	}
+	unsetenv("SLURM_JOB_NODELIST");
+	struct dmar_error err = { 0 };
+	struct dmar_peers *q = NULL;
+	assert_int_equal(dmar_peers_parse("$SLURM_JOB_NODELIST *:7420\n", 27, "p", &q, &err), -EINVAL);
+	assert_msg_contains(&err, "$SLURM_JOB_NODELIST is not set");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -425,6 +536,8 @@ int main(void)
 		cmocka_unit_test(test_url),
 		cmocka_unit_test(test_parse_errors),
 		cmocka_unit_test(test_limits),
+		cmocka_unit_test(test_hostlist),
+		cmocka_unit_test(test_peers_nodelist),
 		cmocka_unit_test_setup_teardown(test_load, dir_setup, dir_teardown),
 		cmocka_unit_test_setup_teardown(test_token, dir_setup, dir_teardown),
 	};
