@@ -118,6 +118,21 @@ static const char *check_hostname(const char *s)
 	return NULL;
 }
 
+/* A host outside brackets: all digits and dots is an IPv4 address (as
+ * getaddrinfo would read it), anything else a host name. */
+static const char *check_host(const char *a)
+{
+	bool numeric = true;
+	for (const char *c = a; *c; c++)
+		if (!(*c >= '0' && *c <= '9') && *c != '.')
+			numeric = false;
+	if (numeric) {
+		struct in_addr a4;
+		return inet_pton(AF_INET, a, &a4) == 1 ? NULL : "not an IPv4 address";
+	}
+	return check_hostname(a);
+}
+
 /*
  * Split "HOST:PORT" or "[V6]:PORT" (a field, NUL-terminated, writable) into
  * *host (pointing into it) and *port.  NULL or what is wrong.
@@ -149,19 +164,9 @@ static const char *parse_address(char *a, char **host, uint16_t *port)
 			return "an IPv6 address needs brackets ([::1]:7420)";
 		if (!**host)
 			return "empty host";
-		bool numeric = true;
-		for (const char *c = a; *c; c++)
-			if (!(*c >= '0' && *c <= '9') && *c != '.')
-				numeric = false;
-		if (numeric) {
-			struct in_addr a4;
-			if (inet_pton(AF_INET, a, &a4) != 1)
-				return "not an IPv4 address";
-		} else {
-			const char *bad = check_hostname(a);
-			if (bad)
-				return bad;
-		}
+		const char *bad = check_host(a);
+		if (bad)
+			return bad;
 	}
 	const char *p = colon + 1;
 	size_t n = strlen(p);
@@ -349,7 +354,7 @@ static int hl_add_one(void *ctx, const char *name)
 	struct hl_add *h = ctx;
 	const char *bad = check_name(name);
 	if (!bad)
-		bad = check_hostname(name);
+		bad = check_host(name);
 	if (bad) {
 		char what[128];
 		snprintf(what, sizeof(what), "bad name in the node list (%s):", bad);

@@ -877,6 +877,7 @@ static void gen_peers(void)
 	put_peers("bad-url", "a https://10.0.0.1:7420\n");
 	put_peers("nodelist", "a 10.0.0.1:7420\nnode[01-16] *:7420\ngpu[1-2,5]r[1-2] *:7000 https\n");
 	put_peers("bad-nodelist", "node[3-1] *:7420\n");
+	put_peers("bad-nodelist-numeric", "2,nod *:7420\n");
 	static char line[1100];
 	memset(line, ' ', 1025);
 	memcpy(line, "a 1.2.3.4:5", 11);

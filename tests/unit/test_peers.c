@@ -512,6 +512,9 @@ static void test_peers_nodelist(void **state)
 		{ "$HOME *:7420\n", "the only variable a name can be is $SLURM_JOB_NODELIST" },
 		{ "-x[1-2] *:7420\n", "bad name in the node list" },
 		{ "n[1-2] *:7420 http\n", "unknown option" },
+		/* a name of digits is an IPv4 address as a host, and not one
+		 * (the fuzzer's: the list written back did not parse) */
+		{ "2,nod *:7420\n", "bad name in the node list (not an IPv4 address): 2" },
 	};
 	for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++) {
 		struct dmar_error err = { 0 };
