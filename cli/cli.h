@@ -133,10 +133,12 @@ struct stat;
 struct dmar_xfer_stats;
 /* dmar cp's push of one local file (cp.c): fd (local, described by st)
  * as path on c's node (where: "NODE:PATH" for messages), cut as a mount
- * cuts it; only the chunks the node lacks travel.  show: the progress
- * line and summary.  0, or 1 after reporting why. */
-int cp_push_fd(struct dmar_client *c, const char *local, int fd, const struct stat *st, const char *path,
-	       const char *where, bool noreplace, bool show, struct dmar_xfer_stats *xs);
+ * cuts it; only the chunks the node lacks travel.  b (NULL: none): to
+ * every node of a broadcast instead.  show: the progress line and
+ * summary.  0, or 1 after reporting why. */
+struct cp_bcast;
+int cp_push_fd(struct dmar_client *c, struct cp_bcast *b, const char *local, int fd, const struct stat *st,
+	       const char *path, const char *where, bool noreplace, bool show, struct dmar_xfer_stats *xs);
 /* dmar cp -r of a local directory (cptree.c): src's tree made as dst on
  * c's node (node: its name, for messages).  An exit status. */
 int cp_push_tree(struct dmar_client *c, const char *node, const char *src, const char *dst, bool noreplace);

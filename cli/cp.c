@@ -40,6 +40,7 @@
 #include "codec/idset.h"
 #include "net/client.h"
 #include "net/peers.h"
+#include "net/relay.h"
 #include "net/wire.h"
 
 static const char cp_help[] =
@@ -48,6 +49,11 @@ static const char cp_help[] =
 	"path or NODE:PATH, NODE a name from the peers file (a local path with a\n"
 	"':' is written ./a:b).  Only the chunks the receiver lacks cross the wire.\n"
 	"A DST ending in '/' or naming a directory gets SRC's file name appended.\n"
+	"A local SRC goes to several nodes at once with DST NODES:PATH, NODES a\n"
+	"list (b,c,d or node[02-08]) or all (every peer in the file): a chain\n"
+	"through them, each forwarding to the next as the chunks arrive, so all\n"
+	"of them take about the time of one copy.  Fails when any node did not\n"
+	"get the file, and says which.\n"
 	"  -r, --recursive       copy a local directory and everything below it\n"
 	"                        to a node, in batches of many files a request\n"
 	"  -n, --no-clobber      fail if DST exists (default: replace it, as cp does)\n"
@@ -67,8 +73,101 @@ struct endpoint {
 	char *node;        /* NULL: local */
 	char *path;        /* local path, or the node's path without leading '/' */
 	const struct dmar_peer *peer;
-	struct dmar_client *c;
+	struct dmar_client *c;  /* the node's; a broadcast's first node's */
+	struct cp_bcast *bcast; /* NODES:PATH with several nodes, else NULL */
 };
+
+/* A broadcast's nodes and their clients, opened as the chain needs them. */
+struct cp_bcast {
+	struct dmar_hops hops;
+	struct cli_net *net;
+	struct dmar_client *c[DMAR_HOPS_MAX];
+};
+
+static struct dmar_client *bcast_peer(void *ctx, const char *name)
+{
+	struct cp_bcast *b = ctx;
+	long i = dmar_hops_find(&b->hops, name);
+	if (i < 0)
+		return NULL;
+	if (!b->c[i]) {
+		const struct dmar_peer *p = dmar_peers_find(b->net->peers, name);
+		struct dmar_error err = { 0 };
+		if (!p || cli_net_open(b->net, p, b->net->connect_timeout_ms, b->net->timeout_ms, &b->c[i], &err) < 0)
+			return NULL;
+	}
+	return b->c[i];
+}
+
+/* NODES names several nodes: a list, or "all" (every peer of the file). */
+static bool names_many(const char *node)
+{
+	return strpbrk(node, ",[") || !strcmp(node, "all");
+}
+
+/* The broadcast of endpoint e: its nodes, each in the peers file.  0 or -1
+ * (reported). */
+static int bcast_open(struct endpoint *e, struct cli_net *net)
+{
+	struct cp_bcast *b = calloc(1, sizeof(*b));
+	if (!b) {
+		cli_err("out of memory");
+		return -1;
+	}
+	e->bcast = b;
+	b->net = net;
+	struct dmar_error err = { 0 };
+	if (!strcmp(e->node, "all") && !dmar_peers_find(net->peers, "all")) {
+		for (size_t i = 0; i < dmar_peers_count(net->peers) && b->hops.n < DMAR_HOPS_MAX; i++)
+			snprintf(b->hops.name[b->hops.n++], sizeof(b->hops.name[0]), "%s",
+				 dmar_peers_get(net->peers, i)->name);
+		if (!b->hops.n) {
+			cli_err("%s: the peers file names no node", e->arg);
+			return -1;
+		}
+	} else if (dmar_hops_parse(e->node, &b->hops, &err) < 0) {
+		cli_err("%s: %s", e->arg, err.msg);
+		return -1;
+	}
+	for (size_t i = 0; i < b->hops.n; i++)
+		if (!cli_net_peer(net, b->hops.name[i]))
+			return -1;
+	/* the first node answers for the directory (resolve_remote_dst) */
+	e->peer = cli_net_peer(net, b->hops.name[0]);
+	return cli_net_client(net, e->peer, &e->c);
+}
+
+static void bcast_free(struct cp_bcast *b)
+{
+	for (size_t i = 0; b && i < b->hops.n; i++)
+		dmar_client_free(b->c[i]);
+	free(b);
+}
+
+/* Each node's result, one line each: "  c: wire 268 MB from b, 2.10 s". */
+static void bcast_report(json_t *results)
+{
+	size_t i;
+	json_t *v;
+	json_array_foreach(results, i, v) {
+		const char *node = json_string_value(json_object_get(v, "node"));
+		if (!json_is_true(json_object_get(v, "ok"))) {
+			cli_err("  %s: FAILED: %s (%s)", node ? node : "?",
+				json_string_value(json_object_get(v, "error")) ?: "?",
+				json_string_value(json_object_get(v, "errno")) ?: "EIO");
+			continue;
+		}
+		if (cli_verbosity < 1)
+			continue;
+		char w[32];
+		uint64_t wire = (uint64_t)json_integer_value(json_object_get(v, "wire_bytes"));
+		const char *from = json_string_value(json_object_get(v, "from"));
+		fprintf(stderr, "  %s: ok, wire %" PRIu64 " bytes (%s) from %s, %" PRIu64 " chunks sent, %.3f s\n",
+			node ? node : "?", wire, cli_human(wire, w), from && *from ? from : "here",
+			(uint64_t)json_integer_value(json_object_get(v, "chunks_sent")),
+			json_real_value(json_object_get(v, "seconds")));
+	}
+}
 
 /* NODE:PATH when a ':' comes before any '/' and after at least one byte. */
 static int endpoint_parse(const char *arg, struct endpoint *e)
@@ -90,8 +189,11 @@ static int endpoint_parse(const char *arg, struct endpoint *e)
 	return e->path && (!remote || e->node) ? 0 : -ENOMEM;
 }
 
+static void bcast_free(struct cp_bcast *b);
+
 static void endpoint_free(struct endpoint *e)
 {
+	bcast_free(e->bcast);
 	dmar_client_free(e->c);
 	free(e->node);
 	free(e->path);
@@ -414,6 +516,11 @@ static int cp_push(struct endpoint *s, struct endpoint *d, bool noreplace, bool 
 			close(fd);
 		return 1;
 	}
+	if (S_ISDIR(st.st_mode) && recursive && d->bcast) {
+		cli_err("%s: -r goes to one node at a time (%s names several)", s->path, d->arg);
+		close(fd);
+		return 1;
+	}
 	if (S_ISDIR(st.st_mode) && recursive) {
 		close(fd);
 		char *name = base_name(s->path);
@@ -446,15 +553,15 @@ static int cp_push(struct endpoint *s, struct endpoint *d, bool noreplace, bool 
 	}
 
 	struct dmar_xfer_stats xs;
-	status = cp_push_fd(d->c, s->path, fd, &st, d->path, where, noreplace, true, &xs);
+	status = cp_push_fd(d->c, d->bcast, s->path, fd, &st, d->path, where, noreplace, true, &xs);
 out_fd:
 	free(name);
 	close(fd);
 	return status;
 }
 
-int cp_push_fd(struct dmar_client *c, const char *local, int fd, const struct stat *st, const char *path,
-	       const char *where, bool noreplace, bool show, struct dmar_xfer_stats *xs)
+int cp_push_fd(struct dmar_client *c, struct cp_bcast *b, const char *local, int fd, const struct stat *st,
+	       const char *path, const char *where, bool noreplace, bool show, struct dmar_xfer_stats *xs)
 {
 	char what[1300];
 	snprintf(what, sizeof(what), "%s -> %s", local, where);
@@ -477,7 +584,13 @@ int cp_push_fd(struct dmar_client *c, const char *local, int fd, const struct st
 	pr.pushing = true;
 	pr.t0 = cli_now();
 	struct dmar_chunk_source cs = { .get = src_get, .put = src_put, .ctx = &src };
-	ret = dmar_client_push(c, path, &r, NULL, &cs, noreplace ? DMAR_PUSH_NOREPLACE : 0, on_progress, &pr, xs, &err);
+	struct dmar_push_opts o = { .flags = noreplace ? DMAR_PUSH_NOREPLACE : 0 };
+	json_t *results = NULL;
+	if (b)
+		ret = dmar_chain_push(&b->hops, bcast_peer, b, NULL, path, &r, NULL, &cs, &o, on_progress, &pr, &results,
+				      xs, &err);
+	else
+		ret = dmar_client_push(c, path, &r, NULL, &cs, &o, on_progress, &pr, xs, &err);
 	progress_end(&pr);
 	xs->seconds = cli_now() - t0; /* the hashing here is part of the copy */
 	if (ret < 0) {
@@ -495,6 +608,9 @@ int cp_push_fd(struct dmar_client *c, const char *local, int fd, const struct st
 			summary("", what, xs);
 		status = 0;
 	}
+	if (show || ret < 0)
+		bcast_report(results);
+	json_decref(results);
 	dmar_recipe_free(&r);
 out_src:
 	free(src.at);
@@ -836,6 +952,15 @@ int cmd_cp(int argc, char **argv)
 		struct endpoint *e = ends[i];
 		if (!e->node)
 			continue;
+		if (names_many(e->node) && !dmar_peers_find(net.peers, e->node)) {
+			if (e == &s || s.node) {
+				status = cli_usage("%s: several nodes can only be a destination, of a local file", e->arg);
+				goto out;
+			}
+			if (bcast_open(e, &net) < 0)
+				goto out;
+			continue;
+		}
 		if (!(e->peer = cli_net_peer(&net, e->node)) || cli_net_client(&net, e->peer, &e->c) < 0)
 			goto out;
 	}

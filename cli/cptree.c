@@ -416,7 +416,7 @@ static int entry(struct tree *t, int dirfd, const char *name, const char *local,
 		struct dmar_xfer_stats xs;
 		if (flush(t) < 0) {
 			r = -1;
-		} else if (cp_push_fd(t->c, local, fd, &st, path, where, t->noreplace, false, &xs) != 0) {
+		} else if (cp_push_fd(t->c, NULL, local, fd, &st, path, where, t->noreplace, false, &xs) != 0) {
 			t->failed++;
 		} else {
 			account(t, &xs);

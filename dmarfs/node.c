@@ -26,6 +26,7 @@
 #include "node.h"
 #include "codec/idset.h"
 #include "net/peers.h"
+#include "net/relay.h"
 #include "net/server.h"
 
 /* How long an uploaded chunk waits for the commit that uses it
@@ -74,7 +75,13 @@ struct dmarfs_node {
 	size_t npeers;
 	const char **names;
 	struct dmar_client **clients;
+	/* MOUNT/@all/'s own client, to the first other peer (it answers for
+	 * the group's names): NULL when there is no group */
+	struct dmar_client *group;
 	struct dmar_server *server;
+	/* broadcasts going through this node (net/relay.h) */
+	struct dmar_relay *relay;
+	struct dmar_chunk_source relay_src;
 	/* staged chunks: one reference each, protected by stage_lock */
 	pthread_mutex_t stage_lock;
 	struct stage *stage[STAGE_BUCKETS];
@@ -439,6 +446,8 @@ static int op_info(void *ctx, json_t **out, struct dmar_error *err)
 		json_object_set_new(*out, "transfers", xfers);
 	else
 		json_decref(xfers);
+	if (*out && n->relay)
+		json_object_set_new(*out, "relay", dmar_relay_info(n->relay));
 	if (*out)
 		json_object_set_new(*out, "commits",
 				    json_pack("{s:I, s:I}", "recipe", (json_int_t)atomic_load(&n->commits_recipe),
@@ -647,10 +656,11 @@ static int op_resolve(void *ctx, struct dmar_id *ids, size_t cnt, unsigned idlen
 	return r < 0 ? dmar_error_set(err, r, "id prefix of %u bytes", idlen) : 0;
 }
 
-static int op_put_chunk(void *ctx, const struct dmar_wire_chunk *c, const uint8_t *decoded, uint64_t upload,
-			struct dmar_error *err)
+static int op_put_chunk(void *ctx, const struct dmar_wire_chunk *c, const uint8_t *decoded,
+			const struct dmar_req_tags *t, struct dmar_error *err)
 {
 	struct dmarfs_node *n = ctx;
+	uint64_t upload = t->upload;
 	pthread_mutex_lock(&n->stage_lock);
 	bool failed = upload_failed(n, upload);
 	pthread_mutex_unlock(&n->stage_lock);
@@ -664,6 +674,8 @@ static int op_put_chunk(void *ctx, const struct dmar_wire_chunk *c, const uint8_
 	if (r < 0)
 		return r;
 	stage_add(n, &c->id, upload);
+	if (t->relay)
+		dmar_relay_chunk(n->relay, upload, t->relay, &c->id, c->len);
 	return 0;
 }
 
@@ -756,18 +768,152 @@ static int make_file(struct dmarfs_node *n, const char *path, const struct dmar_
 	return 0;
 }
 
-static int op_commit(void *ctx, const char *path, const struct dmar_recipe *rc, const struct dmar_id *cid,
-		     bool noreplace, json_t **out, struct dmar_error *err)
+static int take_recipe(struct dmarfs *fs, struct inode *i, struct dmar_recipe *rc, struct dmar_id *cid,
+		       bool *known);
+static int hold_file(struct dmarfs *fs, const char *path, struct inode **out, struct dmar_error *err);
+static int src_get(void *ctx, const struct dmar_id *id, uint32_t len, struct dmar_wire_chunk *c);
+static void src_put(void *ctx, struct dmar_wire_chunk *c);
+
+static struct dmar_client *peer_of(void *ctx, const char *name)
 {
-	return make_file(ctx, path, rc, cid, false, noreplace, out, err);
+	return dmarfs_node_peer(ctx, name);
+}
+
+/* What the chunks forwarded ahead of the commit (fw, from
+ * dmar_relay_finish) cost, added to each node's result. */
+static void add_forwarded(json_t *results, json_t *fw)
+{
+	size_t i;
+	json_t *v;
+	json_array_foreach(results, i, v) {
+		json_t *f = json_object_get(fw, json_string_value(json_object_get(v, "node")));
+		if (!f)
+			continue;
+		const char *keys[] = { "wire_bytes", "chunks_sent" };
+		for (size_t k = 0; k < 2; k++)
+			json_object_set_new(v, keys[k],
+					    json_integer(json_integer_value(json_object_get(v, keys[k])) +
+							 json_integer_value(json_object_get(f, keys[k]))));
+	}
+}
+
+/*
+ * A file committed here with X-Dmar-Relay goes on down the chain
+ * (net/relay.h): once the chunks forwarded ahead of it are out, it is
+ * pushed to the next node, whose answer reports on the rest.  The nodes'
+ * results go in the answer's "relay"; their failures are theirs, not this
+ * commit's.  The push runs beside the local commit (its own thread): a
+ * hop's cost on the chain's path is then only what it takes to pass the
+ * commit on, not to make the file as well.
+ */
+struct relay_job {
+	struct dmarfs_node *n;
+	const char *path;
+	const struct dmar_recipe *rc;
+	const struct dmar_id *cid;
+	bool noreplace;
+	const struct dmar_req_tags *t;
+	json_t *results;
+	int r;
+	struct dmar_error err;
+	pthread_t th;
+};
+
+static void *relay_run(void *arg)
+{
+	struct relay_job *j = arg;
+	struct dmarfs_node *n = j->n;
+	json_t *fw = dmar_relay_finish(n->relay, j->t->upload);
+	struct dmar_chunk_source cs = { .get = src_get, .put = src_put, .ctx = n };
+	struct dmar_push_opts o = { .flags = j->noreplace ? DMAR_PUSH_NOREPLACE : 0, .upload = j->t->upload };
+	j->r = dmar_chain_push(j->t->relay, peer_of, n, n->name, j->path, j->rc, j->cid, &cs, &o, NULL, NULL,
+			       &j->results, NULL, &j->err);
+	add_forwarded(j->results, fw);
+	json_decref(fw);
+	return NULL;
+}
+
+/* The job's end: its results into out (NULL: the commit failed here;
+ * they are dropped), an event for the node's watchers. */
+static void relay_end(struct relay_job *j, json_t *out)
+{
+	struct dmarfs_node *n = j->n;
+	if (n->server && out) {
+		json_t *ev = json_pack("{s:s, s:s, s:s, s:O}", "type", j->r < 0 ? "relay.failed" : "relay.done", "node",
+				       n->name, "path", j->path, "nodes", j->results ? j->results : json_null());
+		if (ev)
+			dmar_server_event(n->server, ev);
+	}
+	if (out)
+		json_object_set_new(out, "relay", j->results ? j->results : json_array());
+	else
+		json_decref(j->results);
+}
+
+static int op_commit(void *ctx, const char *path, const struct dmar_recipe *rc, const struct dmar_id *cid,
+		     bool noreplace, const struct dmar_req_tags *t, json_t **out, struct dmar_error *err)
+{
+	struct dmarfs_node *n = ctx;
+	/* Relayed only when every chunk is here (pinned for the push): a
+	 * refusal for missing chunks goes back to the sender, who sends
+	 * them, with the relay list, and commits again. */
+	struct relay_job j = { .n = n, .path = path, .rc = rc, .cid = cid, .noreplace = noreplace, .t = t };
+	bool relaying = t->relay && dmarfs_node_pin(CTX(n), rc) == 0;
+	/* Not beside a no-replace commit: one refused here (a file there
+	 * already) must not have gone on, or the sender's retry from the
+	 * next node would find this commit's file there and be refused. */
+	bool beside = relaying && !noreplace && pthread_create(&j.th, NULL, relay_run, &j) == 0;
+	int r = make_file(n, path, rc, cid, false, noreplace, out, err);
+	if (relaying) {
+		if (beside)
+			pthread_join(j.th, NULL);
+		else if (r == 0)
+			relay_run(&j);
+		relay_end(&j, r == 0 ? *out : NULL);
+		dmarfs_node_unpin(CTX(n), rc);
+	}
+	return r;
+}
+
+/* A file made from content held here: its recipe is read back from it. */
+static void relay_clone(struct dmarfs_node *n, const char *path, bool noreplace, const struct dmar_req_tags *t,
+			json_t *out)
+{
+	struct relay_job j = { .n = n, .path = path, .noreplace = noreplace, .t = t };
+	struct dmar_recipe rc;
+	struct dmar_id cid;
+	bool known;
+	struct inode *i;
+	int r = hold_file(n->fs, path, &i, &j.err);
+	if (r == 0) {
+		r = take_recipe(n->fs, i, &rc, &cid, &known);
+		unhold(n->fs, i);
+	}
+	if (r == 0) {
+		j.rc = &rc;
+		j.cid = &cid;
+		relay_run(&j);
+		dmarfs_node_unpin(CTX(n), &rc);
+		dmar_recipe_free(&rc);
+	} else {
+		if (!j.err.msg[0])
+			dmar_error_set(&j.err, r, "%s: the file changed here before it could go on: %s", path,
+				       strerror(-r));
+		j.r = r;
+		j.results = dmar_chain_failed(t->relay, r, j.err.msg);
+	}
+	relay_end(&j, out);
 }
 
 static int op_clone(void *ctx, const char *path, const struct dmar_recipe *head, const struct dmar_id *cid,
-		    bool noreplace, json_t **out, struct dmar_error *err)
+		    bool noreplace, const struct dmar_req_tags *t, json_t **out, struct dmar_error *err)
 {
 	if (!head->n) /* an empty file: its recipe says it all */
 		return -ENOENT;
-	return make_file(ctx, path, head, cid, true, noreplace, out, err);
+	int r = make_file(ctx, path, head, cid, true, noreplace, out, err);
+	if (r == 0 && t->relay)
+		relay_clone(ctx, path, noreplace, t, *out);
+	return r;
 }
 
 /* Encode i so that it is all chunks and holes, and take its recipe with
@@ -874,11 +1020,15 @@ static int op_transfer(void *ctx, const char *path, const char *to, const char *
 		       struct dmar_error *err)
 {
 	struct dmarfs_node *n = ctx;
-	if (!dmarfs_node_peer(n, to))
-		return dmar_error_set(err, -ENOENT, "no peer named %s in the peers file", to);
-	struct inode *i;
-	int r = hold_file(n->fs, path, &i, err);
+	struct dmar_hops *h = malloc(sizeof(*h));
+	if (!h)
+		return -ENOMEM;
+	int r = dmarfs_node_hops(n, to, h, err);
+	free(h);
 	if (r < 0)
+		return r;
+	struct inode *i;
+	if ((r = hold_file(n->fs, path, &i, err)) < 0)
 		return r;
 	struct dmar_recipe rc;
 	struct dmar_id cid;
@@ -888,9 +1038,15 @@ static int op_transfer(void *ctx, const char *path, const char *to, const char *
 	if (r < 0)
 		return r;
 	struct dmar_xfer_stats st;
-	r = dmarfs_node_ship(n, to, path, dest, &rc, &cid, known ? DMAR_PUSH_CONTENT_FIRST : 0, &st, err);
+	json_t *nodes = NULL;
+	r = dmarfs_node_ship(n, to, path, dest, &rc, &cid, known ? DMAR_PUSH_CONTENT_FIRST : 0, &st, &nodes, err);
 	dmarfs_node_unpin(CTX(n), &rc);
 	dmar_recipe_free(&rc);
+	if (r < 0 && nodes) {
+		/* a broadcast some nodes missed: the error, and every node's result */
+		*out = json_pack("{s:o}", "nodes", nodes);
+		return r;
+	}
 	if (r < 0)
 		return r;
 	double s = st.seconds > 0 ? st.seconds : 1e-9;
@@ -900,6 +1056,10 @@ static int op_transfer(void *ctx, const char *path, const char *to, const char *
 			 (json_int_t)st.round_trips, "requests", (json_int_t)st.requests, "connects",
 			 (json_int_t)st.connects, "seconds", st.seconds, "effective_MBps", st.logical / s / 1e6,
 			 "wire_MBps", st.wire_bytes / s / 1e6);
+	if (*out && nodes)
+		json_object_set_new(*out, "nodes", nodes);
+	else
+		json_decref(nodes);
 	return *out ? 0 : -ENOMEM;
 }
 
@@ -969,6 +1129,28 @@ static void src_put(void *ctx, struct dmar_wire_chunk *c)
 	const uint8_t *base = dmar_arena_base(CTX(n)->arena);
 	if (c->payload < base || c->payload >= base + dmar_arena_size(CTX(n)->arena))
 		free((void *)c->payload);
+}
+
+/* The relay's source: a chunk staged for a broadcast may be dropped (stage
+ * expiry, arena pressure) while it waits, so each is referenced while it
+ * is read. */
+static int relay_get(void *ctx, const struct dmar_id *id, uint32_t len, struct dmar_wire_chunk *c)
+{
+	struct dmarfs_node *n = ctx;
+	int r = dmar_store_ref_existing(CTX(n)->arena, id);
+	if (r < 0)
+		return r;
+	if ((r = src_get(ctx, id, len, c)) < 0)
+		dmar_store_unref(CTX(n)->arena, id);
+	return r;
+}
+
+static void relay_put(void *ctx, struct dmar_wire_chunk *c)
+{
+	struct dmarfs_node *n = ctx;
+	struct dmar_id id = c->id;
+	src_put(ctx, c);
+	dmar_store_unref(CTX(n)->arena, &id);
 }
 
 struct progress {
@@ -1081,14 +1263,40 @@ out:
 	return ret;
 }
 
+int dmarfs_node_hops(struct dmarfs_node *n, const char *to, struct dmar_hops *h, struct dmar_error *err)
+{
+	h->n = 0;
+	if (!strcmp(to, DMARFS_GROUP_ALL) && !dmarfs_node_peer(n, to)) {
+		for (size_t i = 0; i < n->npeers && h->n < DMAR_HOPS_MAX; i++)
+			if (strcmp(n->names[i], n->name) != 0)
+				snprintf(h->name[h->n++], sizeof(h->name[0]), "%s", n->names[i]);
+		if (!h->n)
+			return dmar_error_set(err, -ENOENT, "@%s: the peers file names no other node", to);
+		return 0;
+	}
+	int r = dmar_hops_parse(to, h, err);
+	if (r < 0)
+		return r;
+	for (size_t i = 0; i < h->n; i++)
+		if (!dmarfs_node_peer(n, h->name[i]))
+			return dmar_error_set(err, -ENOENT, "no peer named %s in the peers file", h->name[i]);
+	return 0;
+}
+
 int dmarfs_node_ship(struct dmarfs_node *n, const char *to, const char *src, const char *dest,
 		     const struct dmar_recipe *r, const struct dmar_id *cid, unsigned flags, struct dmar_xfer_stats *st,
-		     struct dmar_error *err)
+		     json_t **nodes, struct dmar_error *err)
 {
-	struct dmar_client *cl = dmarfs_node_peer(n, to);
 	memset(st, 0, sizeof(*st));
-	if (!cl)
-		return dmar_error_set(err, -ENOENT, "no peer named %s", to);
+	struct dmar_hops *h = malloc(sizeof(*h));
+	if (!h)
+		return -ENOMEM;
+	int rc = dmarfs_node_hops(n, to, h, err);
+	if (rc < 0) {
+		free(h);
+		return rc;
+	}
+	struct dmar_client *cl = dmarfs_node_peer(n, h->name[0]);
 	uint64_t id = __atomic_add_fetch(&n->next_xfer, 1, __ATOMIC_RELAXED);
 	struct progress p = { .n = n };
 	p.base = json_pack("{s:I, s:s, s:s, s:s, s:s, s:I}", "id", (json_int_t)id, "from", n->name, "path", src,
@@ -1100,19 +1308,31 @@ int dmarfs_node_ship(struct dmarfs_node *n, const char *to, const char *src, con
 			dmar_server_event(n->server, ev);
 	}
 	struct dmar_chunk_source cs = { .get = src_get, .put = src_put, .ctx = n };
-	int rc = -ENOENT;
 	struct dmar_error terr = { 0 };
-	/* A peer without tree commits (404, or 415/501) gets the push. */
-	if (r->size <= SHIP_INLINE_MAX && !(flags & DMAR_PUSH_CONTENT_FIRST) &&
-	    (rc = ship_inline(n, cl, dest, r, flags, st, &terr)) != -ENOENT && rc != -ENOTSUP && err)
-		*err = terr;
-	if (rc == -ENOENT || rc == -ENOTSUP)
-		rc = dmar_client_push(cl, dest, r, cid, &cs, flags, p.base ? on_progress : NULL, &p, st, err);
+	json_t *results = NULL;
+	rc = -ENOENT;
+	if (h->n > 1) {
+		/* a broadcast: a chain through every node (net/relay.h) */
+		struct dmar_push_opts o = { .flags = flags };
+		rc = dmar_chain_push(h, peer_of, n, n->name, dest, r, cid, &cs, &o, p.base ? on_progress : NULL, &p,
+				     &results, st, err);
+	} else {
+		/* A peer without tree commits (404, or 415/501) gets the push. */
+		if (r->size <= SHIP_INLINE_MAX && !(flags & DMAR_PUSH_CONTENT_FIRST) &&
+		    (rc = ship_inline(n, cl, dest, r, flags, st, &terr)) != -ENOENT && rc != -ENOTSUP && err)
+			*err = terr;
+		struct dmar_push_opts o = { .flags = flags };
+		if (rc == -ENOENT || rc == -ENOTSUP)
+			rc = dmar_client_push(cl, dest, r, cid, &cs, &o, p.base ? on_progress : NULL, &p, st, err);
+	}
+	free(h);
 	json_t *ev = p.base ? xfer_event(rc < 0 ? "transfer.failed" : "transfer.done", p.base, st) : NULL;
 	if (ev && rc < 0) {
 		json_object_set_new(ev, "error", json_string(err && err->msg[0] ? err->msg : strerror(-rc)));
 		json_object_set_new(ev, "errno", json_string(dmar_wire_errno_name(rc)));
 	}
+	if (ev && results)
+		json_object_set(ev, "nodes", results);
 	pthread_mutex_lock(&n->xfer_lock);
 	if (rc < 0)
 		n->xfers_failed++;
@@ -1128,6 +1348,10 @@ int dmarfs_node_ship(struct dmarfs_node *n, const char *to, const char *src, con
 	else
 		json_decref(ev);
 	json_decref(p.base);
+	if (nodes)
+		*nodes = results;
+	else
+		json_decref(results);
 	return rc;
 }
 
@@ -1146,6 +1370,11 @@ size_t dmarfs_node_peer_count(const struct dmarfs_node *n)
 const char *dmarfs_node_peer_name(const struct dmarfs_node *n, size_t i)
 {
 	return n->names[i];
+}
+
+struct dmar_client *dmarfs_node_group(struct dmarfs_node *n)
+{
+	return n->group;
 }
 
 struct dmar_client *dmarfs_node_peer(struct dmarfs_node *n, const char *name)
@@ -1236,6 +1465,23 @@ int dmarfs_node_new(struct dmarfs_node **out, struct dmarfs *fs, const struct dm
 		n->names[np] = n->name;
 		n->npeers++;
 	}
+	for (size_t i = 0; i < np && !dmarfs_node_peer(n, DMARFS_GROUP_ALL); i++) {
+		const struct dmar_peer *p = dmar_peers_get(n->peers, i);
+		if (!strcmp(p->name, n->name))
+			continue;
+		char url[512], label[80];
+		dmar_peers_url(p, url, sizeof(url));
+		snprintf(label, sizeof(label), "@%s (%s)", DMARFS_GROUP_ALL, p->name);
+		struct dmar_client_opts co = { .name = label, .url = url, .token = n->token, .tls_ca = cfg->tls_ca };
+		if ((r = dmar_client_new(&n->group, &co, err)) < 0)
+			goto fail;
+		break;
+	}
+	n->relay_src = (struct dmar_chunk_source){ .get = relay_get, .put = relay_put, .ctx = n };
+	struct dmar_relay_cfg rc = { .peer = peer_of, .peer_ctx = n, .src = &n->relay_src,
+				     .idle_seconds = (unsigned)stage_seconds() };
+	if ((r = dmar_relay_new(&n->relay, &rc)) < 0)
+		goto fail;
 	*out = n;
 	return 0;
 fail:
@@ -1258,6 +1504,9 @@ void dmarfs_node_stop(struct dmarfs_node *n)
 		return;
 	dmar_server_stop(n->server);
 	n->server = NULL;
+	/* after the server: no chunk arrives to be relayed any more */
+	dmar_relay_free(n->relay);
+	n->relay = NULL;
 }
 
 void dmarfs_node_free(struct dmarfs_node *n)
@@ -1267,6 +1516,7 @@ void dmarfs_node_free(struct dmarfs_node *n)
 	dmarfs_node_stop(n);
 	for (size_t i = 0; n->clients && i < n->npeers; i++)
 		dmar_client_free(n->clients[i]);
+	dmar_client_free(n->group);
 	free(n->clients);
 	free(n->names);
 	dmar_peers_free(n->peers);

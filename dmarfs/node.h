@@ -59,18 +59,36 @@ const char *dmarfs_node_name(const struct dmarfs_node *n);
 size_t dmarfs_node_peer_count(const struct dmarfs_node *n);
 const char *dmarfs_node_peer_name(const struct dmarfs_node *n, size_t i);
 struct dmar_client *dmarfs_node_peer(struct dmarfs_node *n, const char *name);
+/* The client MOUNT/@all/ reads through (a client of the first peer but
+ * this node, its own, so that its caches are the group's), or NULL when
+ * the node has no group: no other peer, or a peer named "all". */
+struct dmar_client *dmarfs_node_group(struct dmarfs_node *n);
 
 /*
- * Ship a file to peer `to` as dest: r is its recipe (mode and mtime set),
- * every chunk of which the caller keeps referenced until this returns.
- * Sends events (transfer.started/progress/done/failed) to the node's
- * websocket clients.  st gets the figures (also on failure).  Returns 0 or
- * the peer's or the network's -errno, with err.  cid: r's content id if
- * the caller knows it (NULL: computed); flags: dmar_client_push's.
+ * Ship a file to `to` as dest: a peer, or several (dmarfs_node_hops), which
+ * get it as a broadcast chain (net/relay.h).  r is its recipe (mode and
+ * mtime set), every chunk of which the caller keeps referenced until this
+ * returns.  Sends events (transfer.started/progress/done/failed; a
+ * broadcast's done or failed has "nodes") to the node's websocket
+ * clients.  st gets the figures of the push to the first node (also on
+ * failure).  Returns 0 or the peer's or the network's -errno, with err
+ * (a broadcast: the first failure, err naming every node that failed).
+ * *nodes (may be NULL): a broadcast's per-node results (dmar_chain_push),
+ * else NULL.  cid: r's content id if the caller knows it (NULL:
+ * computed); flags: dmar_client_push's.
  */
 int dmarfs_node_ship(struct dmarfs_node *n, const char *to, const char *src, const char *dest,
 		     const struct dmar_recipe *r, const struct dmar_id *cid, unsigned flags, struct dmar_xfer_stats *st,
-		     struct dmar_error *err);
+		     json_t **nodes, struct dmar_error *err);
+
+/* The group of every peer but this node (MOUNT/@all/, "to": "all"),
+ * unless the peers file names a node "all". */
+#define DMARFS_GROUP_ALL "all"
+/* The nodes `to` names: one peer, a list of them ("b,c,d", "node[2-8]"),
+ * or DMARFS_GROUP_ALL.  -ENOENT (err) for a name not in the peers file,
+ * -EINVAL for a malformed list. */
+struct dmar_hops;
+int dmarfs_node_hops(struct dmarfs_node *n, const char *to, struct dmar_hops *h, struct dmar_error *err);
 
 /* Take (pin) or drop one reference on every chunk entry of r: a recipe
  * taken under a file's lock stays shippable after the lock is dropped.

@@ -38,6 +38,7 @@
 #include "idle.h"
 #include "node.h"
 #include "codec/idset.h"
+#include "net/peers.h"
 
 #define INODE_REMOTE 0x524d5445u /* "RMTE" */
 /* Remote attributes are the peer's: trust them briefly. */
@@ -442,7 +443,7 @@ static int names_find(struct rinode *d, const char *name, json_t **o, double *at
 
 /* This host changed path at peer cl (made, removed, shipped: done or
  * failed): listings taken before no longer hold for that name. */
-static void names_changed(struct dmarfs_remote *rm, struct dmar_client *cl, const char *path)
+static void names_changed_at(struct dmarfs_remote *rm, struct dmar_client *cl, const char *path)
 {
 	char *copy = strdup(path);
 	pthread_mutex_lock(&rm->changes_lock);
@@ -453,6 +454,73 @@ static void names_changed(struct dmarfs_remote *rm, struct dmar_client *cl, cons
 	rm->changes[k].path = copy; /* NULL (no memory): matches nothing, but the gen is there */
 	rm->changes[k].gen = copy ? g : 0;
 	pthread_mutex_unlock(&rm->changes_lock);
+}
+
+/* MOUNT/@all/ and what is below it: the group of every other peer. */
+static const char group_name[] = DMARFS_GROUP_ALL;
+
+static bool is_group(const struct rinode *ri)
+{
+	return ri->peer == group_name;
+}
+
+/* The group's members (dmarfs_node_hops): 0 or -errno (err). */
+static int group_members(struct dmarfs_remote *rm, struct dmar_hops *h, struct dmar_error *err)
+{
+	return dmarfs_node_hops(rm->node, group_name, h, err);
+}
+
+/* path changed at cl's peer; a change through the group changed it at
+ * every member, whose own views (@b/...) must see it too. */
+static void names_changed(struct dmarfs_remote *rm, struct dmar_client *cl, const char *path)
+{
+	names_changed_at(rm, cl, path);
+	if (cl != dmarfs_node_group(rm->node))
+		return;
+	struct dmar_hops *h = malloc(sizeof(*h));
+	struct dmar_error err = { 0 };
+	if (h && group_members(rm, h, &err) == 0)
+		for (size_t i = 0; i < h->n; i++)
+			names_changed_at(rm, dmarfs_node_peer(rm->node, h->name[i]), path);
+	free(h);
+}
+
+/*
+ * fn at d's peer; under @all/, at every member in turn.  The result is
+ * the first member's error other than benign (a name that is already
+ * there for mkdir, one that is not for unlink: the change was made
+ * there before), with err naming that member; benign only when every
+ * member said so; else 0.
+ */
+typedef int (*member_fn)(struct dmar_client *cl, const char *path, void *ctx, struct dmar_error *err);
+static int at_each(struct dmarfs_remote *rm, struct rinode *d, const char *path, int benign, member_fn fn, void *ctx,
+		   struct dmar_error *err)
+{
+	if (!is_group(d)) {
+		int r = fn(d->cl, path, ctx, err);
+		names_changed(rm, d->cl, path);
+		return r;
+	}
+	struct dmar_hops *h = malloc(sizeof(*h));
+	if (!h)
+		return -ENOMEM;
+	int r = group_members(rm, h, err), first = 0;
+	size_t nbenign = 0;
+	for (size_t i = 0; r == 0 && i < h->n; i++) {
+		struct dmar_error e = { 0 };
+		int m = fn(dmarfs_node_peer(rm->node, h->name[i]), path, ctx, &e);
+		if (m == benign)
+			nbenign++;
+		else if (m < 0 && !first) {
+			first = m;
+			dmar_error_set(err, m, "%s: %s", h->name[i], e.msg[0] ? e.msg : strerror(-m));
+		}
+	}
+	names_changed(rm, d->cl, path);
+	if (r == 0)
+		r = first ? first : nbenign == h->n ? benign : 0;
+	free(h);
+	return r;
 }
 
 /* "dir/name", or "name" under the peer's root.  NULL on ENOMEM. */
@@ -708,7 +776,7 @@ static int ship(struct dmarfs *fs, struct rinode *ri)
 	/* ri->f holds a reference on every chunk while we hold its lock. */
 	struct dmar_xfer_stats st;
 	r = dmarfs_node_ship(fs->remote->node, ri->peer, "(write)", ri->path, &rc, &cid,
-			     known ? DMAR_PUSH_CONTENT_FIRST : 0, &st, &err);
+			     known ? DMAR_PUSH_CONTENT_FIRST : 0, &st, NULL, &err);
 	names_changed(fs->remote, ri->cl, ri->path); /* even a failed push may have changed the peer */
 	if (!r) {
 		ri->dirty = false;
@@ -893,6 +961,11 @@ out:;
 		fuse_reply_attr(req, &st, RATTR_TIMEOUT);
 }
 
+static int member_mkdir(struct dmar_client *cl, const char *path, void *ctx, struct dmar_error *err)
+{
+	return dmar_client_mkdir(cl, path, *(uint32_t *)ctx, err);
+}
+
 static void r_mkdir(fuse_req_t req, struct rinode *d, const char *name, mode_t mode)
 {
 	struct dmarfs *fs = FS(req);
@@ -902,8 +975,8 @@ static void r_mkdir(fuse_req_t req, struct rinode *d, const char *name, mode_t m
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
-	int r = dmar_client_mkdir(d->cl, path, mode & 07777 & ~fuse_req_ctx(req)->umask, &err);
-	names_changed(fs->remote, d->cl, path);
+	uint32_t m = mode & 07777 & ~fuse_req_ctx(req)->umask;
+	int r = at_each(fs->remote, d, path, -EEXIST, member_mkdir, &m, &err);
 	struct rinode *ri = r < 0 ? NULL : rinode_new(fs->remote, d->cl, d->peer, path);
 	free(path);
 	if (r < 0) {
@@ -924,6 +997,12 @@ static void r_mkdir(fuse_req_t req, struct rinode *d, const char *name, mode_t m
 	}
 	rinode_hash(fs->remote, ri);
 	reply_rentry(req, fs, ri, NULL);
+}
+
+static int member_remove(struct dmar_client *cl, const char *path, void *ctx, struct dmar_error *err)
+{
+	(void)ctx;
+	return dmar_client_remove(cl, path, err);
 }
 
 static void r_remove(fuse_req_t req, struct rinode *d, const char *name, bool dir)
@@ -964,10 +1043,8 @@ static void r_remove(fuse_req_t req, struct rinode *d, const char *name, bool di
 			r = -ENOTDIR;
 		else if (!dir && isdir)
 			r = -EISDIR;
-		else {
-			r = dmar_client_remove(d->cl, path, &err);
-			names_changed(FS(req)->remote, d->cl, path);
-		}
+		else
+			r = at_each(FS(req)->remote, d, path, -ENOENT, member_remove, NULL, &err);
 	}
 	json_decref(o);
 	free(path);
@@ -975,6 +1052,14 @@ static void r_remove(fuse_req_t req, struct rinode *d, const char *name, bool di
 		reply_error(req, d, name, dir ? "rmdir" : "unlink", r, &err);
 	else
 		fuse_reply_err(req, -r);
+}
+
+/* A tree commit at one peer: 0, or the failed operation's error. */
+static int member_tree(struct dmar_client *cl, const char *path, void *ctx, struct dmar_error *err)
+{
+	(void)path;
+	int status = 0, r = dmar_client_tree(cl, ctx, &status, NULL, err);
+	return r > 0 ? status : r;
 }
 
 /* symlink(2) at a peer: a tree commit of that one name (no-replace, as
@@ -987,7 +1072,7 @@ static void r_symlink(fuse_req_t req, const char *link, struct rinode *d, const 
 	struct dmar_tree_op *op = malloc(sizeof(*op));
 	char *path = join(d->path, name);
 	size_t tl = strlen(link);
-	int r = -ENOMEM, status = 0;
+	int r = -ENOMEM;
 	if (!op || !path || dmar_tree_body_new(&b) < 0)
 		goto out;
 	if (!tl || tl > DMAR_TREE_PATH_MAX || strlen(path) > DMAR_TREE_PATH_MAX) {
@@ -999,11 +1084,7 @@ static void r_symlink(fuse_req_t req, const char *link, struct rinode *d, const 
 	snprintf(op->path, sizeof(op->path), "%s", path);
 	if ((r = dmar_tree_body_op(b, op)) < 0)
 		goto out;
-	r = dmar_client_tree(d->cl, b, &status, NULL, &err);
-	names_changed(fs->remote, d->cl, path);
-	if (r > 0)
-		r = status;
-	if (r < 0)
+	if ((r = at_each(fs->remote, d, path, 1, member_tree, b, &err)) < 0)
 		goto out;
 	struct rinode *ri = rinode_new(fs->remote, d->cl, d->peer, path);
 	if (!ri || !(ri->target = strdup(link))) {
@@ -1287,38 +1368,49 @@ static void r_lseek(fuse_req_t req, struct rinode *ri, off_t off, int whence)
 /* ---- the wrapper ---------------------------------------------------------- */
 
 /* A root entry "@NAME" naming a peer (or this node). */
+/* The root of @NAME (k: its slot in rm->roots), made at first lookup. */
+static struct rinode *root_at(struct dmarfs *fs, size_t k, struct dmar_client *cl, const char *peer)
+{
+	struct dmarfs_remote *rm = fs->remote;
+	pthread_mutex_lock(&rm->lock);
+	struct rinode *ri = rm->roots[k];
+	pthread_mutex_unlock(&rm->lock);
+	if (ri)
+		return ri;
+	/* Made outside the lock (rinode_new takes it); a racing lookup may
+	 * have made one first: keep that one. */
+	struct rinode *nr = rinode_new(rm, cl, peer, "");
+	if (!nr)
+		return NULL;
+	nr->keep = true;
+	nr->st = (struct stat){ .st_ino = nr->st_ino, .st_mode = S_IFDIR | 0755, .st_nlink = 2 };
+	nr->st.st_atim = nr->st.st_mtim = nr->st.st_ctim = ns_now();
+	pthread_mutex_lock(&rm->lock);
+	if (!rm->roots[k])
+		rm->roots[k] = nr;
+	ri = rm->roots[k];
+	pthread_mutex_unlock(&rm->lock);
+	if (ri != nr)
+		rinode_free(fs, nr);
+	return ri;
+}
+
+/* @PEER, or @all: the group (every other peer), whose names are the first
+ * member's and whose changes go to every member (a file as a broadcast). */
 static struct rinode *peer_root(struct dmarfs *fs, const char *name)
 {
 	struct dmarfs_remote *rm = fs->remote;
 	if (!rm || rm->view || name[0] != '@')
 		return NULL;
 	struct dmarfs_node *n = rm->node;
-	for (size_t k = 0; k < dmarfs_node_peer_count(n); k++) {
+	size_t np = dmarfs_node_peer_count(n);
+	for (size_t k = 0; k < np; k++) {
 		const char *pn = dmarfs_node_peer_name(n, k);
-		if (strcmp(pn, name + 1))
-			continue;
-		pthread_mutex_lock(&rm->lock);
-		struct rinode *ri = rm->roots[k];
-		pthread_mutex_unlock(&rm->lock);
-		if (ri)
-			return ri;
-		/* Made outside the lock (rinode_new takes it); a racing
-		 * lookup may have made one first: keep that one. */
-		struct rinode *nr = rinode_new(rm, dmarfs_node_peer(n, pn), pn, "");
-		if (!nr)
-			return NULL;
-		nr->keep = true;
-		nr->st = (struct stat){ .st_ino = nr->st_ino, .st_mode = S_IFDIR | 0755, .st_nlink = 2 };
-		nr->st.st_atim = nr->st.st_mtim = nr->st.st_ctim = ns_now();
-		pthread_mutex_lock(&rm->lock);
-		if (!rm->roots[k])
-			rm->roots[k] = nr;
-		ri = rm->roots[k];
-		pthread_mutex_unlock(&rm->lock);
-		if (ri != nr)
-			rinode_free(fs, nr);
-		return ri;
+		if (!strcmp(pn, name + 1))
+			return root_at(fs, k, dmarfs_node_peer(n, pn), pn);
 	}
+	if (dmarfs_node_group(n) && !strcmp(name + 1, group_name))
+		return root_at(fs, np, dmarfs_node_group(n), group_name);
 	return NULL;
 }
 
@@ -1338,6 +1430,14 @@ static void root_entries(struct dmarfs *fs, fuse_req_t req, char *buf, size_t si
 		if (need > size - *used)
 			return;
 		*used += need;
+	}
+	size_t np = dmarfs_node_peer_count(n);
+	uint64_t cookie = FS_PEER_COOKIE + np + 1;
+	if (dmarfs_node_group(n) && cookie > off) {
+		struct stat st = { .st_ino = RINO_BASE - 1 - np, .st_mode = S_IFDIR };
+		size_t need = fuse_add_direntry(req, buf + *used, size - *used, "@" DMARFS_GROUP_ALL, &st, (off_t)cookie);
+		if (need <= size - *used)
+			*used += need;
 	}
 }
 
@@ -1745,7 +1845,7 @@ int dmarfs_remote_new(struct dmarfs *fs, struct dmarfs_node *node, const char *v
 	pthread_mutex_init(&rm->lock, NULL);
 	pthread_mutex_init(&rm->changes_lock, NULL);
 	size_t np = dmarfs_node_peer_count(node);
-	if (np && !(rm->roots = calloc(np, sizeof(*rm->roots)))) {
+	if (!(rm->roots = calloc(np + 1, sizeof(*rm->roots)))) { /* and the group's */
 		free(rm);
 		return -ENOMEM;
 	}

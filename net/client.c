@@ -676,31 +676,38 @@ int dmar_client_query(struct dmar_client *c, const struct dmar_id *ids, size_t n
 }
 
 
-/* PUT the recipe (ctype: full or short); *status the HTTP status (0 if
- * none came).  content: the recipe's content id, sent as X-Dmar-Content
- * (NULL: not sent), so that a peer holding that content under another
- * name makes the file from it without reading the recipe. */
-int cl_commit_one(struct dmar_client *c, const char *path, const char *ctype, const uint8_t *recipe, size_t len,
-		      const struct dmar_id *content, bool noreplace, json_t **out, struct tally *t, long *status,
-		      struct dmar_error *err)
+/* PUT the recipe (q->ctype: full or short); *status the HTTP status (0 if
+ * none came).  q->content: the recipe's content id, sent as
+ * X-Dmar-Content, so that a peer holding that content under another name
+ * makes the file from it without reading the recipe. */
+int cl_commit_one(struct dmar_client *c, const char *path, const struct commit_req *q, json_t **out, struct tally *t,
+		  long *status, struct dmar_error *err)
 {
 	struct call k;
 	int r = cl_call_begin(&k, c, "PUT", "/v1/files/", path, err);
 	if (r < 0)
 		goto out;
-	if (noreplace && (r = cl_call_header(&k, "If-None-Match: *")) < 0)
+	if (q->noreplace && (r = cl_call_header(&k, "If-None-Match: *")) < 0)
 		goto out;
-	if (content) {
+	if (q->content) {
 		char h[32 + DMAR_HASH_HEX_SIZE];
 		memcpy(h, "X-Dmar-Content: ", 16);
-		dmar_hex(content->b, DMAR_HASH_SIZE, h + 16);
+		dmar_hex(q->content->b, DMAR_HASH_SIZE, h + 16);
 		if ((r = cl_call_header(&k, h)) < 0)
 			goto out;
 	}
+	if ((q->upload && (r = cl_call_header(&k, q->upload)) < 0) ||
+	    (q->relay && (r = cl_call_header(&k, q->relay)) < 0))
+		goto out;
+	/* A relayed commit answers when the nodes after the peer are done:
+	 * no byte moves meanwhile, and the peer reports their stalls itself
+	 * (TCP keepalive still notices a peer that vanished). */
+	if (q->relay)
+		curl_easy_setopt(k.h, CURLOPT_LOW_SPEED_TIME, 0L);
 	/* A refusal as a bitmap over the recipe, not an id list (push). */
 	if ((r = cl_call_header(&k, "X-Dmar-Missing-As: bits")) < 0)
 		goto out;
-	if ((r = cl_call_body(&k, ctype, recipe, len)) < 0)
+	if ((r = cl_call_body(&k, q->ctype, q->recipe, q->len)) < 0)
 		goto out;
 	if ((r = cl_call_perform(&k)) < 0)
 		goto out;
@@ -739,7 +746,8 @@ int dmar_client_commit(struct dmar_client *c, const char *path, const struct dma
 		return -ENOMEM;
 	struct tally t = { 0 };
 	long status = 0;
-	int ret = cl_commit_one(c, path, CT_RECIPE, b, len, NULL, noreplace, out, &t, &status, err);
+	struct commit_req q = { .ctype = CT_RECIPE, .recipe = b, .len = len, .noreplace = noreplace };
+	int ret = cl_commit_one(c, path, &q, out, &t, &status, err);
 	free(b);
 	return ret;
 }

@@ -112,9 +112,30 @@ struct dmar_chunk_source {
  */
 #define DMAR_PUSH_NOREPLACE 1u
 #define DMAR_PUSH_CONTENT_FIRST 2u
+struct dmar_push_opts {
+	unsigned flags;    /* DMAR_PUSH_* */
+	uint64_t upload;   /* the transfer's X-Dmar-Upload (0: a new random one) */
+	/* X-Dmar-Relay on the uploads and commits: the nodes the peer
+	 * forwards the file to, in order ("c,d"; NULL: none).  The commit
+	 * then returns only when they are done, with their results in the
+	 * answer's "relay" (docs/rest-api.md). */
+	const char *relay;
+	json_t **answer;   /* if not NULL: the answer of the commit that made the file */
+};
 int dmar_client_push(struct dmar_client *c, const char *path, const struct dmar_recipe *r,
-		     const struct dmar_id *cid, const struct dmar_chunk_source *src, unsigned flags,
+		     const struct dmar_id *cid, const struct dmar_chunk_source *src, const struct dmar_push_opts *o,
 		     dmar_xfer_progress_fn progress, void *pctx, struct dmar_xfer_stats *st, struct dmar_error *err);
+
+/*
+ * Send the chunks of ids[0..n) the peer lacks (one have/want query, then
+ * batches as push sends them), tagged with o->upload and o->relay (NULL
+ * o: a new upload id, no relay): what a node that relays a broadcast
+ * does with the chunks it receives.  lens[i] (may be NULL): ids[i]'s
+ * length, for the source.  No commit.
+ */
+int dmar_client_send(struct dmar_client *c, const struct dmar_id *ids, const uint32_t *lens, size_t n,
+		     const struct dmar_chunk_source *src, const struct dmar_push_opts *o, struct dmar_xfer_stats *st,
+		     struct dmar_error *err);
 
 /* Where pull puts chunks: put is called once per chunk fetched, after the
  * engine verified it against its id (decoded = c->len bytes), from several

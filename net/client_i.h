@@ -146,9 +146,18 @@ int cl_call_http_error(struct call *k, json_t **answer);
 bool cl_ok_status(long s);
 int cl_query_all(struct dmar_client *c, const struct dmar_id *ids, size_t n, uint8_t *missing, struct tally *t,
 		     struct dmar_error *err);
-int cl_commit_one(struct dmar_client *c, const char *path, const char *ctype, const uint8_t *recipe, size_t len,
-		      const struct dmar_id *content, bool noreplace, json_t **out, struct tally *t, long *status,
-		      struct dmar_error *err);
+/* One commit request's body and headers. */
+struct commit_req {
+	const char *ctype; /* CT_RECIPE or CT_RECIPE_SHORT */
+	const uint8_t *recipe;
+	size_t len;
+	const struct dmar_id *content; /* sent as X-Dmar-Content (NULL: not) */
+	bool noreplace;
+	const char *upload; /* "X-Dmar-Upload: ..." or NULL */
+	const char *relay;  /* "X-Dmar-Relay: ..." or NULL */
+};
+int cl_commit_one(struct dmar_client *c, const char *path, const struct commit_req *q, json_t **out, struct tally *t,
+		  long *status, struct dmar_error *err);
 uint8_t *cl_recipe_bytes(const struct dmar_recipe *r, size_t *len, struct dmar_id *id);
 
 /* ---- client_engine.c ---- */

@@ -15,6 +15,7 @@ struct push {
 	atomic_size_t next;   /* the next todo entry a stream takes */
 	bool second_try;      /* this phase re-sends 422'd chunks: no third chance */
 	char upload[32];      /* "X-Dmar-Upload: ..." of this transfer (net/wire.h) */
+	char *relay;          /* "X-Dmar-Relay: ..." or NULL */
 	uint32_t *retry;      /* 422'd chunks for the next phase; protected by e.lock */
 	size_t nretry;
 	uint32_t *hint;       /* by set index: the longest skip + len seen, a lower bound of the chunk's length */
@@ -366,7 +367,7 @@ static int batch_send(struct push_stream *s, struct dmar_error *err)
 		s->part = s->off = 0;
 	}
 	if ((r = cl_call_header(&k, "Content-Type: application/x-dmar-chunks")) < 0 ||
-	    (r = cl_call_header(&k, p->upload)) < 0)
+	    (r = cl_call_header(&k, p->upload)) < 0 || (p->relay && (r = cl_call_header(&k, p->relay)) < 0))
 		goto out;
 	if (whole) {
 		if ((r = cl_call_header(&k, "Content-Encoding: zstd")) < 0)
@@ -569,11 +570,46 @@ static int query_todo(struct push *p, uint8_t *missing, uint32_t *todo, size_t *
 	return 0;
 }
 
+/* The transfer's X-Dmar-Upload and X-Dmar-Relay header lines. */
+static int push_headers(struct push *p, const struct dmar_push_opts *o, struct dmar_error *err)
+{
+	uint64_t upload = o ? o->upload : 0;
+	int r;
+	if (!upload && (r = dmar_wire_upload_new(&upload)) < 0)
+		return dmar_error_errno(err, r, "getrandom");
+	snprintf(p->upload, sizeof(p->upload), "X-Dmar-Upload: %016" PRIx64, upload);
+	if (o && o->relay && o->relay[0]) {
+		if (!(p->relay = malloc(sizeof("X-Dmar-Relay: ") + strlen(o->relay))))
+			return -ENOMEM;
+		sprintf(p->relay, "X-Dmar-Relay: %s", o->relay);
+	}
+	return 0;
+}
+
+/* The end of a push or send: the figures (the engine counted the uploads,
+ * t the rest), the first stream's error over the caller's. */
+static int push_finish(struct push *p, const struct tally *t, int ret, struct dmar_xfer_stats *st,
+		       struct dmar_error *err)
+{
+	p->e.st.wire_bytes += t->wire;
+	p->e.st.requests += t->requests;
+	p->e.st.connects += t->connects;
+	p->e.st.round_trips = t->rounds;
+	if (ret < 0 && p->e.err.code)
+		ret = p->e.err.code;
+	cl_engine_finish(&p->e, st, ret, err);
+	free(p->hint);
+	free(p->relay);
+	return ret;
+}
+
 int dmar_client_push(struct dmar_client *c, const char *path, const struct dmar_recipe *r,
-		     const struct dmar_id *cid, const struct dmar_chunk_source *src, unsigned flags,
+		     const struct dmar_id *cid, const struct dmar_chunk_source *src, const struct dmar_push_opts *o,
 		     dmar_xfer_progress_fn progress, void *pctx, struct dmar_xfer_stats *st, struct dmar_error *err)
 {
+	unsigned flags = o ? o->flags : 0;
 	bool noreplace = flags & DMAR_PUSH_NOREPLACE;
+	json_t **answer = o ? o->answer : NULL;
 	struct push p;
 	memset(&p, 0, sizeof(p));
 	cl_engine_init(&p.e, c, progress, pctx);
@@ -583,14 +619,9 @@ int dmar_client_push(struct dmar_client *c, const char *path, const struct dmar_
 	uint32_t *todo = NULL;
 	size_t rlen = 0, slen = 0, ntodo = 0;
 	int ret = dmar_wire_path_check(path, err);
-	if (ret < 0)
+	if (ret < 0 || (ret = push_headers(&p, o, err)) < 0)
 		goto out;
-	uint64_t upload;
-	if ((ret = dmar_wire_upload_new(&upload)) < 0) {
-		dmar_error_errno(err, ret, "getrandom");
-		goto out;
-	}
-	snprintf(p.upload, sizeof(p.upload), "X-Dmar-Upload: %016" PRIx64, upload);
+	struct commit_req cq = { .noreplace = noreplace, .upload = p.upload, .relay = p.relay };
 	p.e.st.logical = r->size;
 	/* The recipe id from the content id: a file whose content id is
 	 * known (a copy of one shipped before) is not hashed again. */
@@ -624,15 +655,21 @@ int dmar_client_push(struct dmar_client *c, const char *path, const struct dmar_
 		json_t *ans = NULL;
 		struct dmar_error cerr = { 0 };
 		long status = 0;
-		ret = cl_commit_one(c, path, CT_RECIPE_SHORT, head, sizeof(head), &content, noreplace, &ans, &t, &status,
-				 &cerr);
+		cq.ctype = CT_RECIPE_SHORT;
+		cq.recipe = head;
+		cq.len = sizeof(head);
+		cq.content = &content;
+		ret = cl_commit_one(c, path, &cq, &ans, &t, &status, &cerr);
 		const char *resend = json_string_value(json_object_get(ans, "resend"));
 		bool more = (ret == -ENODATA && resend && !strcmp(resend, "recipe")) || status == 415;
 		if (status == 415) {
 			atomic_store(&c->no_short, true);
 			use_short = false;
 		}
-		json_decref(ans);
+		if (ret == 0 && answer)
+			*answer = ans;
+		else
+			json_decref(ans);
 		if (ret == 0) {
 			/* No set was built: every chunk entry counts. */
 			for (size_t i = 0; i < r->n; i++)
@@ -683,12 +720,17 @@ int dmar_client_push(struct dmar_client *c, const char *path, const struct dmar_
 			ret = -ENOMEM;
 			goto out;
 		}
-		ret = cl_commit_one(c, path, use_short ? CT_RECIPE_SHORT : CT_RECIPE, use_short ? sb : rb,
-				 use_short ? slen : rlen, ask_content ? &content : NULL, noreplace, &ans, &t, &status,
-				 &cerr);
+		cq.ctype = use_short ? CT_RECIPE_SHORT : CT_RECIPE;
+		cq.recipe = use_short ? sb : rb;
+		cq.len = use_short ? slen : rlen;
+		cq.content = ask_content ? &content : NULL;
+		ret = cl_commit_one(c, path, &cq, &ans, &t, &status, &cerr);
 		ask_content = false;
 		if (ret == 0) {
-			json_decref(ans);
+			if (answer)
+				*answer = ans;
+			else
+				json_decref(ans);
 			break;
 		}
 		if (use_short && status == 415) {
@@ -721,18 +763,47 @@ int dmar_client_push(struct dmar_client *c, const char *path, const struct dmar_
 			goto out;
 	}
 out:
-	/* wire bytes: the engine counted the uploads, t the rest */
-	p.e.st.wire_bytes += t.wire;
-	p.e.st.requests += t.requests;
-	p.e.st.connects += t.connects;
-	p.e.st.round_trips = t.rounds;
-	if (ret < 0 && p.e.err.code)
-		ret = p.e.err.code;
-	cl_engine_finish(&p.e, st, ret, err);
-	free(p.hint);
+	ret = push_finish(&p, &t, ret, st, err);
 	free(missing);
 	free(todo);
 	free(rb);
 	free(sb);
+	return ret;
+}
+
+int dmar_client_send(struct dmar_client *c, const struct dmar_id *ids, const uint32_t *lens, size_t n,
+		     const struct dmar_chunk_source *src, const struct dmar_push_opts *o, struct dmar_xfer_stats *st,
+		     struct dmar_error *err)
+{
+	struct push p;
+	memset(&p, 0, sizeof(p));
+	cl_engine_init(&p.e, c, NULL, NULL);
+	p.src = src;
+	struct tally t = { 0 };
+	uint8_t *missing = NULL;
+	uint32_t *todo = NULL;
+	size_t ntodo = 0;
+	int ret = push_headers(&p, o, err);
+	if (ret < 0)
+		goto out;
+	if ((ret = dmar_idset_init(&p.e.set, n ? n : 1)) < 0 || !(p.hint = calloc(n ? n : 1, sizeof(*p.hint))) ||
+	    !(missing = malloc(n ? n : 1)) || !(todo = malloc((n ? n : 1) * sizeof(*todo)))) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	for (size_t i = 0; i < n; i++) {
+		bool added;
+		int64_t k = dmar_idset_add(&p.e.set, &ids[i], &added);
+		if (k >= 0 && lens && lens[i] > p.hint[k])
+			p.hint[k] = lens[i];
+	}
+	p.e.st.chunks = p.e.set.n;
+	if ((ret = query_todo(&p, missing, todo, &ntodo, &t, err)) == 0 && ntodo)
+		ret = push_upload(&p, todo, ntodo, &t.rounds);
+	p.e.st.logical = p.e.st.chunk_bytes;
+out:
+	ret = push_finish(&p, &t, ret, st, err);
+	free(missing);
+	free(todo);
 	return ret;
 }

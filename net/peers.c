@@ -293,6 +293,52 @@ int dmar_hostlist_expand(const char *list, size_t max, int (*fn)(void *ctx, cons
 	return 0;
 }
 
+static int hops_add(void *ctx, const char *name)
+{
+	struct dmar_hops *h = ctx; /* the expansion stops at DMAR_HOPS_MAX names */
+	strcpy(h->name[h->n++], name);
+	return 0;
+}
+
+int dmar_hops_parse(const char *list, struct dmar_hops *out, struct dmar_error *err)
+{
+	out->n = 0;
+	if (strlen(list) > DMAR_HOPS_TEXT_MAX)
+		return dmar_error_set(err, -EINVAL, "a list of nodes longer than %d bytes", DMAR_HOPS_TEXT_MAX);
+	int r = dmar_hostlist_expand(list, DMAR_HOPS_MAX, hops_add, out, err);
+	for (size_t i = 0; r == 0 && i < out->n; i++) {
+		const char *why = check_name(out->name[i]);
+		if (why)
+			r = dmar_error_set(err, -EINVAL, "node name %.80s %s", out->name[i], why);
+		for (size_t j = 0; r == 0 && j < i; j++)
+			if (!strcmp(out->name[i], out->name[j]))
+				r = dmar_error_set(err, -EINVAL, "node %s named twice", out->name[i]);
+	}
+	if (r < 0)
+		out->n = 0;
+	return r;
+}
+
+size_t dmar_hops_format(const struct dmar_hops *h, size_t from, char *buf, size_t cap)
+{
+	size_t len = 0;
+	if (cap)
+		buf[0] = 0;
+	for (size_t i = from; i < h->n; i++) {
+		int w = snprintf(buf + len, cap > len ? cap - len : 0, "%s%s", i > from ? "," : "", h->name[i]);
+		len += (size_t)w;
+	}
+	return len;
+}
+
+long dmar_hops_find(const struct dmar_hops *h, const char *name)
+{
+	for (size_t i = 0; i < h->n; i++)
+		if (!strcmp(h->name[i], name))
+			return (long)i;
+	return -1;
+}
+
 struct parse_state {
 	struct dmar_peers *ps;
 	size_t cap;

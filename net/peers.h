@@ -79,6 +79,27 @@ int dmar_hostlist_expand(const char *list, size_t max, int (*fn)(void *ctx, cons
 			 struct dmar_error *err);
 
 /*
+ * A broadcast's hops: peer names in the order the data goes through them
+ * (X-Dmar-Relay, dmar cp's "b,c,d:PATH").  Written as a host list
+ * (dmar_hostlist_expand: "b,c,d", "node[02-08]"); each name as a peers
+ * file's NAME, none twice, at most DMAR_HOPS_MAX.  Untrusted input:
+ * -EINVAL with err naming what is wrong.
+ */
+#define DMAR_HOPS_MAX 256
+/* The longest list dmar_hops_format writes: every name at its longest. */
+#define DMAR_HOPS_TEXT_MAX (DMAR_HOPS_MAX * (DMAR_PEER_NAME_MAX + 1))
+struct dmar_hops {
+	size_t n;
+	char name[DMAR_HOPS_MAX][DMAR_PEER_NAME_MAX + 1];
+};
+int dmar_hops_parse(const char *list, struct dmar_hops *out, struct dmar_error *err);
+/* hops from..n-1 as "c,d,e" in buf (cap >= DMAR_HOPS_TEXT_MAX always
+ * suffices); "" when from >= n.  Returns the length. */
+size_t dmar_hops_format(const struct dmar_hops *h, size_t from, char *buf, size_t cap);
+/* The index of name in h, or -1. */
+long dmar_hops_find(const struct dmar_hops *h, const char *name);
+
+/*
  * Parse len bytes of a peers file into a new list (*out; free with
  * dmar_peers_free).  name is the file's name in messages (NULL: "peers").
  * Returns 0, -EINVAL (err: "NAME:LINE: what"), or -ENOMEM.  *out is

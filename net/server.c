@@ -425,14 +425,28 @@ static enum MHD_Result begin(struct req *q, const char *url, const char *method)
 			q->cap = n;
 		}
 	}
-	if (rt->body == BODY_BATCH || rt->body == BODY_TREE) {
+	bool relayable = rt->body == BODY_BATCH || rt->fn == srv_h_commit;
+	if (relayable || rt->body == BODY_TREE) {
 		const char *up = srv_header(q, "X-Dmar-Upload");
-		if (up && dmar_wire_upload_parse(up, &q->upload) < 0)
+		if (up && dmar_wire_upload_parse(up, &q->tags.upload) < 0)
 			return reply_errorf(q, -EINVAL, 0, "X-Dmar-Upload %.64s: not 16 hex digits", up);
 		/* A tree commit's chunks are its own: staged under an id of
 		 * the request's, dropped when it ends. */
-		if (rt->body == BODY_TREE && !q->upload && dmar_wire_upload_new(&q->upload) < 0)
+		if (rt->body == BODY_TREE && !q->tags.upload && dmar_wire_upload_new(&q->tags.upload) < 0)
 			return srv_reply_error(q, -EIO, 0, "no random bytes for an upload id");
+	}
+	const char *relay = relayable ? srv_header(q, "X-Dmar-Relay") : NULL;
+	if (relay) {
+		struct dmar_hops *h = malloc(sizeof(*h));
+		if (!h)
+			return srv_reply_error(q, -ENOMEM, 0, NULL);
+		q->tags.relay = h;
+		if (dmar_hops_parse(relay, h, &q->err) < 0)
+			return reply_errorf(q, -EINVAL, 0, "X-Dmar-Relay: %s", q->err.msg);
+		if (!h->n) /* "" relays to nobody */
+			q->tags.relay = NULL, free(h);
+	}
+	if (rt->body == BODY_BATCH || rt->body == BODY_TREE) {
 		const char *ce = srv_header(q, MHD_HTTP_HEADER_CONTENT_ENCODING);
 		if (ce && *ce && strcasecmp(ce, "identity") != 0) {
 			if (strcasecmp(ce, "zstd") != 0)
@@ -614,8 +628,9 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum 
 	/* A tree commit's chunks were for its files, which took their own
 	 * references: whatever it staged goes, however it ended. */
 	if (q->rt && q->rt->body == BODY_TREE && q->received && q->s->ops->unstage)
-		q->s->ops->unstage(q->s->ctx, q->upload);
+		q->s->ops->unstage(q->s->ctx, q->tags.upload);
 	free(q->path);
+	free((void *)q->tags.relay);
 	free(q->body);
 	dmar_batch_parser_free(q->bp);
 	free(q->group);

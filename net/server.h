@@ -32,6 +32,17 @@
 #define DMAR_SERVER_PORT_DEFAULT 7420
 #define DMAR_SERVER_BODY_MAX_DEFAULT (64u << 20)
 
+struct dmar_hops;
+
+/* What a request says about the transfer it belongs to: X-Dmar-Upload (0:
+ * none) and X-Dmar-Relay (NULL: none; POST /v1/chunks and PUT
+ * /v1/files only), the nodes to forward the transfer's chunks and file
+ * to, in order (peers.h). */
+struct dmar_req_tags {
+	uint64_t upload;
+	const struct dmar_hops *relay;
+};
+
 struct dmar_node_ops {
 	/* GET /v1/node: *out = a new JSON object describing the node (name,
 	 * arena, store...); the server adds "version". */
@@ -52,20 +63,25 @@ struct dmar_node_ops {
 	 * decoded is its c->len decoded bytes (c itself is the wire form, so
 	 * a node that keeps zstd frames stores c->payload as it is).  The node
 	 * holds the chunk for a later commit.  -ENOSPC when the arena is full.
-	 * upload: the sender's X-Dmar-Upload id for the chunks of one transfer
-	 * (0: none sent).  A sender gives its transfer up at the first ENOSPC,
-	 * so the node may drop, at once, what that upload staged. */
-	int (*put_chunk)(void *ctx, const struct dmar_wire_chunk *c, const uint8_t *decoded, uint64_t upload,
-			 struct dmar_error *err);
+	 * t->upload: the sender's X-Dmar-Upload id for the chunks of one
+	 * transfer (0: none sent).  A sender gives its transfer up at the
+	 * first ENOSPC, so the node may drop, at once, what that upload
+	 * staged.  t->relay: forward the chunk to the first of those nodes
+	 * (the commit will follow it there). */
+	int (*put_chunk)(void *ctx, const struct dmar_wire_chunk *c, const uint8_t *decoded,
+			 const struct dmar_req_tags *t, struct dmar_error *err);
 	/* PUT /v1/files/PATH with a recipe (cid: its content id): build the file from chunks the
 	 * node holds and make it appear at path atomically, replacing what
 	 * is there (unless noreplace: -EEXIST).  On success *out = the new
 	 * file's stat object.  If chunks are missing: -ENODATA and *out =
 	 * {"missing_count": M, "missing": ["hex", ...]} (at most
 	 * DMAR_SERVER_MISSING_LIST ids listed); nothing changes.  The server
-	 * answers -ENODATA with 409 and that object plus "error". */
+	 * answers -ENODATA with 409 and that object plus "error".  With
+	 * t->relay, once the file is made here it goes on to those nodes
+	 * (a chain: each forwards to the rest), and *out gets "relay", an
+	 * array of one result object per node (docs/rest-api.md). */
 	int (*commit)(void *ctx, const char *path, const struct dmar_recipe *r, const struct dmar_id *cid,
-		      bool noreplace, json_t **out, struct dmar_error *err);
+		      bool noreplace, const struct dmar_req_tags *t, json_t **out, struct dmar_error *err);
 	/* Optional.  PUT /v1/files/PATH with X-Dmar-Content, the content id
 	 * (net/wire.h) of the recipe the body carries: make the file from
 	 * content the node already holds under that id, with head's size,
@@ -74,7 +90,7 @@ struct dmar_node_ops {
 	 * recipe.  The server has checked that the recipe id binds head to
 	 * cid. */
 	int (*clone)(void *ctx, const char *path, const struct dmar_recipe *head, const struct dmar_id *cid,
-		     bool noreplace, json_t **out, struct dmar_error *err);
+		     bool noreplace, const struct dmar_req_tags *t, json_t **out, struct dmar_error *err);
 	/* PUT /v1/files/PATH with a short recipe: complete each of the n ids,
 	 * known by their first idlen bytes (8..32; the rest zero), from the
 	 * chunks the node holds: state[i] = 0 and ids[i] the full id when one

@@ -67,7 +67,7 @@ static int chunk_verdict(struct req *q, const struct dmar_wire_chunk *c, int v, 
 			json_array_append_new(q->bad, srv_hex_id(&c->id));
 		return 0;
 	}
-	int r = q->s->ops->put_chunk(q->s->ctx, c, decoded, q->upload, &q->err);
+	int r = q->s->ops->put_chunk(q->s->ctx, c, decoded, &q->tags, &q->err);
 	if (r < 0)
 		return r;
 	q->received++;

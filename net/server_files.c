@@ -232,7 +232,7 @@ static int try_clone(struct req *q, const char *hex, bool is_short, bool norepla
 		return 0;
 	}
 	json_t *o = NULL;
-	r = q->s->ops->clone ? q->s->ops->clone(q->s->ctx, q->path, &head, &cid, noreplace, &o, &q->err) : -ENOENT;
+	r = q->s->ops->clone ? q->s->ops->clone(q->s->ctx, q->path, &head, &cid, noreplace, &q->tags, &o, &q->err) : -ENOENT;
 	if (r == -ENOENT) {
 		memset(&q->err, 0, sizeof(q->err));
 		/* A short recipe's srv_header and no entries: a content-only
@@ -279,7 +279,7 @@ enum MHD_Result srv_h_commit(struct req *q)
 	if (is_short)
 		r = short_complete(q, &rc, &rid, idlen, &cid, &o);
 	if (r == 0) {
-		r = q->s->ops->commit(q->s->ctx, q->path, &rc, &cid, noreplace, &o, &q->err);
+		r = q->s->ops->commit(q->s->ctx, q->path, &rc, &cid, noreplace, &q->tags, &o, &q->err);
 		if (r == -ENODATA && as_bits) {
 			json_t *bits = missing_bits(q, &rc, o);
 			if (bits) {
@@ -377,7 +377,8 @@ static int tree_apply(struct req *q, const struct dmar_tree_op *op, json_int_t *
 		if ((r = dmar_recipe_parse_cid(op->data, op->data_len, &rc, &cid, err)) < 0)
 			return r;
 		json_t *o = NULL;
-		r = ops->commit(ctx, op->path, &rc, &cid, noreplace, &o, err);
+		struct dmar_req_tags t = { .upload = q->tags.upload };
+		r = ops->commit(ctx, op->path, &rc, &cid, noreplace, &t, &o, err);
 		if (r == -ENODATA)
 			*missing = json_integer_value(json_object_get(o, "missing_count"));
 		json_decref(o);

@@ -40,6 +40,7 @@
 #include <zstd.h>
 
 #include "admit.h"
+#include "peers.h"
 #include "server.h"
 #include "ws.h"
 #include "codec/compress.h"
@@ -175,7 +176,7 @@ struct req {
 
 	/* POST /v1/chunks */
 	struct dmar_batch_parser *bp;
-	uint64_t upload;    /* X-Dmar-Upload, 0 if none */
+	struct dmar_req_tags tags; /* X-Dmar-Upload, X-Dmar-Relay (also PUT /v1/files) */
 	bool zstd;          /* Content-Encoding: zstd */
 	bool zdone;         /* the zstd frame ended */
 	uint64_t decoded;   /* its bytes decoded so far */

@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "codec/hash.h"
+#include "net/peers.h"
 #include "net/server.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -78,9 +79,20 @@ static int f_have(void *ctx, const struct dmar_id *ids, size_t n, uint8_t *missi
 	return 0;
 }
 
-static int f_put_chunk(void *ctx, const struct dmar_wire_chunk *c, const uint8_t *decoded, uint64_t upload,
-		       struct dmar_error *err)
+/* A relay list reaches the node only parsed and checked. */
+static void relay_ok(const struct dmar_req_tags *t)
 {
+	if (t->relay && (!t->relay->n || t->relay->n > DMAR_HOPS_MAX))
+		die("a relay list of no nodes, or too many", NULL);
+	for (size_t i = 0; t->relay && i < t->relay->n; i++)
+		if (!t->relay->name[i][0])
+			die("a relay list with an empty name", NULL);
+}
+
+static int f_put_chunk(void *ctx, const struct dmar_wire_chunk *c, const uint8_t *decoded,
+		       const struct dmar_req_tags *t, struct dmar_error *err)
+{
+	relay_ok(t);
 	struct dmar_id id;
 	dmar_hash(decoded, c->len, &id);
 	if (memcmp(id.b, c->id.b, DMAR_HASH_SIZE) != 0)
@@ -89,9 +101,10 @@ static int f_put_chunk(void *ctx, const struct dmar_wire_chunk *c, const uint8_t
 }
 
 static int f_commit(void *ctx, const char *path, const struct dmar_recipe *r, const struct dmar_id *cid,
-		    bool noreplace, json_t **out, struct dmar_error *err)
+		    bool noreplace, const struct dmar_req_tags *t, json_t **out, struct dmar_error *err)
 {
 	path_ok(path);
+	relay_ok(t);
 	if (r->n && (r->e[0].id.b[0] & 1)) {
 		*out = json_pack("{s:i, s:[]}", "missing_count", 1, "missing");
 		return dmar_error_set(err, -ENODATA, "1 chunk missing");

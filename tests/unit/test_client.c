@@ -44,6 +44,7 @@
 
 #include "codec/hash.h"
 #include "net/client.h"
+#include "net/relay.h"
 #include "net/wire.h"
 
 /* ---- a chunk table, shared by the fake and the test's source ----------- */
@@ -918,7 +919,7 @@ static int push(struct dmar_client *c, struct tfile *f, const char *path, struct
 		struct dmar_error *err)
 {
 	struct dmar_chunk_source src = { src_get, src_put, f };
-	return dmar_client_push(c, path, &f->r, NULL, &src, 0, NULL, NULL, st, err);
+	return dmar_client_push(c, path, &f->r, NULL, &src, NULL, NULL, NULL, st, err);
 }
 
 /* A push that must succeed: on failure, say why before the assert fires. */
@@ -1249,15 +1250,138 @@ static void test_push_noreplace(void **state)
 	struct dmar_client *c = client_for(F->port, NULL, 4);
 	struct dmar_chunk_source src = { src_get, src_put, &f };
 	struct dmar_error err = { 0 };
-	assert_int_equal(dmar_client_push(c, "x", &f.r, NULL, &src, DMAR_PUSH_NOREPLACE, NULL, NULL, NULL, &err), 0);
-	assert_int_equal(dmar_client_push(c, "x", &f.r, NULL, &src, DMAR_PUSH_NOREPLACE, NULL, NULL, NULL, &err), -EEXIST);
+	struct dmar_push_opts nr = { .flags = DMAR_PUSH_NOREPLACE };
+	assert_int_equal(dmar_client_push(c, "x", &f.r, NULL, &src, &nr, NULL, NULL, NULL, &err), 0);
+	assert_int_equal(dmar_client_push(c, "x", &f.r, NULL, &src, &nr, NULL, NULL, NULL, &err), -EEXIST);
 	memset(&err, 0, sizeof(err));
-	assert_int_equal(dmar_client_push(c, "x", &f.r, NULL, &src, 0, NULL, NULL, NULL, &err), 0);
+	assert_int_equal(dmar_client_push(c, "x", &f.r, NULL, &src, NULL, NULL, NULL, NULL, &err), 0);
 	dmar_client_free(c);
 	tfile_free(&f);
 }
 
 /* ---- errors ----------------------------------------------------------------- */
+
+/* ---- broadcast chains (net/relay.h) --------------------------------------- */
+
+/* A port nobody listens on: bind one, learn it, close it. */
+static uint16_t dead_port(void)
+{
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = 0 };
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	socklen_t sl = sizeof(sa);
+	getsockname(fd, (struct sockaddr *)&sa, &sl);
+	close(fd);
+	return ntohs(sa.sin_port);
+}
+
+/* b and d are the fake, x is nobody, "ghost" has no client. */
+struct chain_peers {
+	struct dmar_client *fake, *dead;
+	unsigned asked;
+};
+
+static struct dmar_client *chain_peer(void *ctx, const char *name)
+{
+	struct chain_peers *p = ctx;
+	p->asked++;
+	if (!strcmp(name, "b") || !strcmp(name, "d"))
+		return p->fake;
+	return !strcmp(name, "x") ? p->dead : NULL;
+}
+
+/*
+ * The fake does not relay (it ignores X-Dmar-Relay, as a node from before
+ * broadcasts would): the chain goes on from here to every node after it.
+ * A node that cannot be reached, or is unknown, fails alone, and the
+ * error names each; the others get the file.
+ */
+static void test_chain_push(void **state)
+{
+	(void)state;
+	struct tfile f;
+	tfile_make(&f, 12, 0, 21);
+	struct chain_peers p = { .fake = client_for(F->port, NULL, 2), .dead = client_for(dead_port(), NULL, 2) };
+	struct dmar_chunk_source src = { src_get, src_put, &f };
+	struct dmar_hops h;
+	struct dmar_error err = { 0 };
+	assert_int_equal(dmar_hops_parse("b,x,ghost,d", &h, &err), 0);
+	json_t *res = NULL;
+	struct dmar_xfer_stats st;
+	int r = dmar_chain_push(&h, chain_peer, &p, "me", "bc", &f.r, NULL, &src, NULL, NULL, NULL, &res, &st, &err);
+	assert_int_equal(r, -ECONNREFUSED);
+	assert_non_null(strstr(err.msg, "2 of 4 nodes failed: x: peer b (http://127.0.0.1:"));
+	assert_non_null(strstr(err.msg, "; ghost: no peer named ghost"));
+	assert_int_equal(json_array_size(res), 4);
+	static const struct {
+		const char *node;
+		bool ok;
+		const char *errno_name;
+	} want[] = { { "b", true, NULL }, { "x", false, "ECONNREFUSED" }, { "ghost", false, "ENOENT" }, { "d", true, NULL } };
+	for (size_t i = 0; i < 4; i++) {
+		json_t *v = json_array_get(res, i);
+		assert_string_equal(json_string_value(json_object_get(v, "node")), want[i].node);
+		assert_int_equal(json_is_true(json_object_get(v, "ok")), want[i].ok);
+		if (want[i].ok) {
+			assert_string_equal(json_string_value(json_object_get(v, "from")), "me");
+			assert_true(json_integer_value(json_object_get(v, "wire_bytes")) > 0);
+		} else {
+			assert_string_equal(json_string_value(json_object_get(v, "errno")), want[i].errno_name);
+			assert_non_null(json_string_value(json_object_get(v, "error")));
+		}
+	}
+	/* b got every chunk once; d (the same fake) had them all: st is b's */
+	assert_fake_has(&f);
+	assert_int_equal(st.sent_chunks, f.chunks.n);
+	assert_non_null(file_find("bc"));
+	json_decref(res);
+
+	/* every node there: 0, and no failure in the results */
+	assert_int_equal(dmar_hops_parse("b,d", &h, &err), 0);
+	memset(&err, 0, sizeof(err));
+	assert_int_equal(dmar_chain_push(&h, chain_peer, &p, NULL, "bc2", &f.r, NULL, &src, NULL, NULL, NULL, &res,
+					 NULL, &err), 0);
+	assert_int_equal(json_array_size(res), 2);
+	assert_true(json_is_true(json_object_get(json_array_get(res, 1), "ok")));
+	json_decref(res);
+	dmar_client_free(p.fake);
+	dmar_client_free(p.dead);
+	tfile_free(&f);
+}
+
+/* dmar_client_send: what the peer lacks goes, tagged, and no commit. */
+static void test_send_chunks(void **state)
+{
+	(void)state;
+	struct tfile f;
+	tfile_make(&f, 20, 0, 22);
+	fake_preload(&f, 2); /* every other chunk there */
+	struct dmar_client *c = client_for(F->port, NULL, 2);
+	struct dmar_chunk_source src = { src_get, src_put, &f };
+	struct dmar_id *ids = malloc(f.chunks.n * sizeof(*ids));
+	uint32_t *lens = malloc(f.chunks.n * sizeof(*lens));
+	for (size_t i = 0; i < f.chunks.n; i++) {
+		ids[i] = f.chunks.c[i].id;
+		lens[i] = f.chunks.c[i].len;
+	}
+	struct dmar_push_opts o = { .upload = 0x1234, .relay = "c,d" };
+	struct dmar_xfer_stats st;
+	struct dmar_error err = { 0 };
+	assert_int_equal(dmar_client_send(c, ids, lens, f.chunks.n, &src, &o, &st, &err), 0);
+	assert_fake_has(&f);
+	assert_int_equal(st.sent_chunks, f.chunks.n / 2);
+	assert_int_equal(F->n_commit, 0);
+	assert_true(F->upload_id == 0x1234);
+	assert_int_equal(F->upload_mixed, 0);
+	/* again: nothing missing, nothing sent */
+	assert_int_equal(dmar_client_send(c, ids, NULL, f.chunks.n, &src, NULL, &st, &err), 0);
+	assert_int_equal(st.sent_chunks, 0);
+	free(ids);
+	free(lens);
+	dmar_client_free(c);
+	tfile_free(&f);
+}
 
 static void test_token(void **state)
 {
@@ -1287,15 +1411,7 @@ static void test_token(void **state)
 
 static void test_refused(void **state)
 {
-	/* A port nobody listens on: bind one, learn it, close it. */
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = 0 };
-	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-	socklen_t sl = sizeof(sa);
-	getsockname(fd, (struct sockaddr *)&sa, &sl);
-	close(fd);
-	struct dmar_client *c = client_for(ntohs(sa.sin_port), NULL, 4);
+	struct dmar_client *c = client_for(dead_port(), NULL, 4);
 	json_t *j = NULL;
 	struct dmar_error err = { 0 };
 	assert_int_equal(dmar_client_info(c, &j, &err), -ECONNREFUSED);
@@ -1527,6 +1643,8 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_push_new, fake_start, fake_stop),
+		cmocka_unit_test_setup_teardown(test_chain_push, fake_start, fake_stop),
+		cmocka_unit_test_setup_teardown(test_send_chunks, fake_start, fake_stop),
 		cmocka_unit_test_setup_teardown(test_push_tried, fake_start, fake_stop),
 		cmocka_unit_test_setup_teardown(test_push_probe_run, fake_start, fake_stop),
 		cmocka_unit_test_setup_teardown(test_push_only_missing, fake_start, fake_stop),

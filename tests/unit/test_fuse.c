@@ -423,18 +423,18 @@ static uint8_t *b_file(struct node *b, const char *path, size_t *len)
 /* ---- tests ------------------------------------------------------------ */
 
 /* The root lists its own entries, then the @PEER directories (the node
- * itself among them). */
+ * itself among them), then @all, the group of every other peer. */
 static void test_root_listing(void **state)
 {
 	struct pair *p = *state;
 	char names[512];
 	klist(&p->k, FUSE_ROOT_ID, names, sizeof(names));
-	assert_string_equal(names, "./ ../ @b/ @a/ ");
+	assert_string_equal(names, "./ ../ @b/ @a/ @all/ ");
 	uint64_t fh;
 	uint64_t loc = kcreate(&p->k, FUSE_ROOT_ID, "local", &fh);
 	assert_int_equal(kclose(&p->k, loc, fh), 0);
 	klist(&p->k, FUSE_ROOT_ID, names, sizeof(names));
-	assert_string_equal(names, "./ ../ local @b/ @a/ ");
+	assert_string_equal(names, "./ ../ local @b/ @a/ @all/ ");
 	/* A name under @ at the root is the peers'. */
 	struct fuse_create_in in = { .flags = O_WRONLY | O_CREAT, .mode = S_IFREG | 0644 };
 	assert_int_equal(KCALL(&p->k, NULL, FUSE_CREATE, FUSE_ROOT_ID, &in, sizeof(in), "@c", (size_t)3), -EINVAL);
@@ -516,6 +516,48 @@ static void test_peer_down(void **state)
 	klookup(&p->k, p->at_b, "other", -EIO);
 	kforget(&p->k, ino);
 	assert_adds_up(&p->a);
+}
+
+/* @all (here: b, the only other peer): mkdir, a file shipped at its
+ * close, unlink and rmdir happen at the member, and @b/ sees each at
+ * once (its listing is the member's, not a stale copy). */
+static void test_group(void **state)
+{
+	struct pair *p = *state;
+	uint64_t all = klookup(&p->k, FUSE_ROOT_ID, "@all", 0);
+	assert_true(all != 0 && all != p->at_b);
+	char names[512];
+	klist(&p->k, p->at_b, names, sizeof(names));
+	assert_null(strstr(names, " g/"));
+	struct fuse_mkdir_in mi = { .mode = 0755 };
+	size_t n;
+	assert_int_equal(KCALL(&p->k, &n, FUSE_MKDIR, all, &mi, sizeof(mi), "g", (size_t)2), 0);
+	struct fuse_entry_out e;
+	memcpy(&e, p->k.buf, sizeof(e));
+	klist(&p->k, p->at_b, names, sizeof(names));
+	assert_non_null(strstr(names, " g/"));
+	assert_int_equal(KCALL(&p->k, NULL, FUSE_MKDIR, all, &mi, sizeof(mi), "g", (size_t)2), -EEXIST);
+	uint8_t data[20000];
+	fill_random(data, sizeof(data), 14);
+	uint64_t fh, f = kcreate(&p->k, e.nodeid, "f", &fh);
+	assert_int_equal(kwrite_all(&p->k, f, fh, data, sizeof(data)), 0);
+	assert_int_equal(kclose(&p->k, f, fh), 0);
+	size_t got;
+	uint8_t *b = b_file(&p->b, "g/f", &got);
+	assert_non_null(b);
+	assert_int_equal(got, sizeof(data));
+	assert_memory_equal(b, data, sizeof(data));
+	free(b);
+	kforget(&p->k, f);
+	assert_int_equal(KCALL(&p->k, NULL, FUSE_UNLINK, e.nodeid, "f", (size_t)2), 0);
+	assert_null(b_file(&p->b, "g/f", &got));
+	assert_int_equal(KCALL(&p->k, NULL, FUSE_UNLINK, e.nodeid, "f", (size_t)2), -ENOENT);
+	assert_int_equal(KCALL(&p->k, NULL, FUSE_RMDIR, all, "g", (size_t)2), 0);
+	struct inode *i = NULL;
+	assert_int_equal(ns_walk(p->b.fs, "g", &i), -ENOENT);
+	kforget(&p->k, e.nodeid);
+	assert_adds_up(&p->a);
+	assert_adds_up(&p->b);
 }
 
 /* mkdir, create inside, unlink, rmdir under @b: each is b's at once. */
@@ -741,6 +783,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_root_listing, pair_setup, pair_teardown),
 		cmocka_unit_test_setup_teardown(test_ship, pair_setup, pair_teardown),
 		cmocka_unit_test_setup_teardown(test_ship_enospc, pair_setup, pair_teardown),
+		cmocka_unit_test_setup_teardown(test_group, pair_setup, pair_teardown),
 		cmocka_unit_test_setup_teardown(test_names, pair_setup, pair_teardown),
 		cmocka_unit_test_setup_teardown(test_tree, pair_setup, pair_teardown),
 		cmocka_unit_test_setup_teardown(test_small_ship, pair_setup, pair_teardown),

@@ -531,6 +531,65 @@ static void test_peers_nodelist(void **state)
 	assert_msg_contains(&err, "$SLURM_JOB_NODELIST is not set");
 }
 
+static void test_hops(void **state)
+{
+	(void)state;
+	struct dmar_hops *h = malloc(sizeof(*h));
+	char text[DMAR_HOPS_TEXT_MAX];
+	struct dmar_error err = { 0 };
+	assert_non_null(h);
+	assert_int_equal(dmar_hops_parse("b,c,node[08-10]", h, &err), 0);
+	assert_int_equal(h->n, 5);
+	assert_string_equal(h->name[0], "b");
+	assert_string_equal(h->name[4], "node10");
+	assert_int_equal(dmar_hops_find(h, "node09"), 3);
+	assert_int_equal(dmar_hops_find(h, "d"), -1);
+	assert_int_equal(dmar_hops_format(h, 0, text, sizeof(text)), strlen("b,c,node08,node09,node10"));
+	assert_string_equal(text, "b,c,node08,node09,node10");
+	dmar_hops_format(h, 3, text, sizeof(text));
+	assert_string_equal(text, "node09,node10");
+	assert_int_equal(dmar_hops_format(h, 5, text, sizeof(text)), 0);
+	assert_string_equal(text, "");
+
+	/* every refusal names what is wrong, and leaves no hops */
+	static const struct {
+		const char *text, *msg;
+	} bad[] = {
+		{ "", "an empty host list" },
+		{ "b,,c", "an empty item" },
+		{ "b,c,b", "node b named twice" },
+		{ "n[1-3],n2", "node n2 named twice" },
+		{ "b c", "has characters outside" },
+		{ "n[1-300]", "more than 256 names" },
+		{ "n[3-1]", "descending range" },
+	};
+	for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++) {
+		memset(&err, 0, sizeof(err));
+		h->n = 7;
+		if (dmar_hops_parse(bad[k].text, h, &err) != -EINVAL)
+			fail_msg("case %zu accepted", k);
+		assert_int_equal(h->n, 0);
+		assert_msg_contains(&err, bad[k].msg);
+	}
+	/* the longest list that fits, and one byte more */
+	char *big = malloc(DMAR_HOPS_TEXT_MAX + 2);
+	assert_non_null(big);
+	memset(big, 'x', DMAR_HOPS_TEXT_MAX + 1);
+	big[DMAR_HOPS_TEXT_MAX + 1] = 0;
+	memset(&err, 0, sizeof(err));
+	assert_int_equal(dmar_hops_parse(big, h, &err), -EINVAL);
+	assert_msg_contains(&err, "longer than");
+	size_t len = 0;
+	for (int i = 0; i < DMAR_HOPS_MAX; i++)
+		len += (size_t)sprintf(big + len, "%s%0*d", i ? "," : "", DMAR_PEER_NAME_MAX, i);
+	assert_int_equal(dmar_hops_parse(big, h, &err), 0);
+	assert_int_equal(h->n, DMAR_HOPS_MAX);
+	assert_int_equal(dmar_hops_format(h, 0, text, sizeof(text)), len);
+	assert_string_equal(text, big);
+	free(big);
+	free(h);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -541,6 +600,7 @@ int main(void)
 		cmocka_unit_test(test_limits),
 		cmocka_unit_test(test_hostlist),
 		cmocka_unit_test(test_peers_nodelist),
+		cmocka_unit_test(test_hops),
 		cmocka_unit_test_setup_teardown(test_load, dir_setup, dir_teardown),
 		cmocka_unit_test_setup_teardown(test_token, dir_setup, dir_teardown),
 	};

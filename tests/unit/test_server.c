@@ -31,6 +31,7 @@
 #include "prng.h"
 
 #include "codec/hash.h"
+#include "net/peers.h"
 #include "net/server.h"
 #include "net/wire.h"
 #include "net/ws.h"
@@ -66,6 +67,7 @@ struct fake {
 	unsigned put_limit; /* put_chunk says ENOSPC once this many are held (0: never) */
 	unsigned clones;    /* files made by clone */
 	uint64_t upload;    /* the last put_chunk's upload id */
+	char relay[DMAR_HOPS_TEXT_MAX]; /* the last put_chunk's or commit's relay list */
 };
 
 static struct fake F;
@@ -209,12 +211,22 @@ static int fake_resolve(void *ctx, struct dmar_id *ids, size_t n, unsigned idlen
 	return 0;
 }
 
-static int fake_put_chunk(void *ctx, const struct dmar_wire_chunk *c, const uint8_t *decoded, uint64_t upload,
-			  struct dmar_error *err)
+/* The relay list a request carried, as text ("" for none). */
+static void note_relay(const struct dmar_req_tags *t)
+{
+	if (t->relay)
+		dmar_hops_format(t->relay, 0, F.relay, sizeof(F.relay));
+	else
+		F.relay[0] = 0;
+}
+
+static int fake_put_chunk(void *ctx, const struct dmar_wire_chunk *c, const uint8_t *decoded,
+			  const struct dmar_req_tags *t, struct dmar_error *err)
 {
 	pthread_mutex_lock(&F.lock);
 	F.calls++;
-	F.upload = upload;
+	F.upload = t->upload;
+	note_relay(t);
 	int r = 0;
 	if (F.put_limit && F.nchunks >= F.put_limit)
 		r = dmar_error_set(err, -ENOSPC, "arena full");
@@ -225,11 +237,12 @@ static int fake_put_chunk(void *ctx, const struct dmar_wire_chunk *c, const uint
 }
 
 static int fake_commit(void *ctx, const char *path, const struct dmar_recipe *rc, const struct dmar_id *cid,
-		       bool noreplace, json_t **out, struct dmar_error *err)
+		       bool noreplace, const struct dmar_req_tags *t, json_t **out, struct dmar_error *err)
 {
 	(void)cid;
 	pthread_mutex_lock(&F.lock);
 	F.calls++;
+	note_relay(t);
 	int r = 0;
 	json_t *missing = json_array();
 	for (size_t i = 0; i < rc->n; i++)
@@ -314,9 +327,10 @@ static int fake_transfer(void *ctx, const char *path, const char *to, const char
 /* A file whose recipe has content id cid and size bytes, copied to path
  * with head's mode and mtime. */
 static int fake_clone(void *ctx, const char *path, const struct dmar_recipe *head, const struct dmar_id *cid,
-		      bool noreplace, json_t **out, struct dmar_error *err)
+		      bool noreplace, const struct dmar_req_tags *t, json_t **out, struct dmar_error *err)
 {
 	(void)ctx;
+	(void)t;
 	pthread_mutex_lock(&F.lock);
 	F.calls++;
 	int r = -ENOENT;
@@ -859,6 +873,24 @@ static void test_upload(void **state)
 		resp_free(&r);
 		assert_true(F.upload == 1); /* refused before any chunk */
 	}
+	/* So does a relay list, parsed (host-list form); a malformed one is
+	 * refused with what is wrong, before any chunk. */
+	http_full(&r, "POST", "/v1/chunks", b.p, b.len,
+		  &(struct req_opts){ .ctype = "application/x-dmar-chunks", .header = "X-Dmar-Relay: c,n[1-2]" });
+	assert_int_equal(r.status, 200);
+	resp_free(&r);
+	assert_string_equal(F.relay, "c,n1,n2");
+	const char *bad_relay[] = { "X-Dmar-Relay: c,c", "X-Dmar-Relay: c,,d", "X-Dmar-Relay: n[2-1]",
+				    "X-Dmar-Relay: c d" };
+	for (size_t k = 0; k < sizeof(bad_relay) / sizeof(bad_relay[0]); k++) {
+		unsigned calls = F.calls;
+		http_full(&r, "POST", "/v1/chunks", b.p, b.len,
+			  &(struct req_opts){ .ctype = "application/x-dmar-chunks", .header = bad_relay[k] });
+		assert_error(&r, 400, "EINVAL");
+		assert_non_null(strstr(json_string_value(json_object_get(r.json, "error")), "X-Dmar-Relay: "));
+		resp_free(&r);
+		assert_int_equal(F.calls, calls);
+	}
 	struct fake_chunk *fc = find_chunk(&c[1].id);
 	assert_non_null(fc);
 	assert_int_equal(fc->enc, DMAR_WIRE_ZSTD);
@@ -1358,6 +1390,19 @@ static void test_commit(void **state)
 	http_full(&r, "PUT", "/v1/files/other.bin", rb, len,
 		  &(struct req_opts){ .ctype = "application/x-dmar-recipe", .header = "If-None-Match: *" });
 	assert_int_equal(r.status, 201);
+	resp_free(&r);
+	/* A commit carries its relay list to the node; a bad one is refused. */
+	http_full(&r, "PUT", "/v1/files/out.bin", rb, len,
+		  &(struct req_opts){ .ctype = "application/x-dmar-recipe", .header = "X-Dmar-Relay: d,e" });
+	assert_int_equal(r.status, 201);
+	resp_free(&r);
+	assert_string_equal(F.relay, "d,e");
+	http_full(&r, "PUT", "/v1/files/out.bin", rb, len, RECIPE_OPTS);
+	resp_free(&r);
+	assert_string_equal(F.relay, "");
+	http_full(&r, "PUT", "/v1/files/out.bin", rb, len,
+		  &(struct req_opts){ .ctype = "application/x-dmar-recipe", .header = "X-Dmar-Relay: d,d" });
+	assert_error(&r, 400, "EINVAL");
 	resp_free(&r);
 
 	/* Malformed recipes, and not a recipe at all. */
