@@ -27,6 +27,7 @@
 #include "codec/idset.h"
 #include "net/peers.h"
 #include "net/relay.h"
+#include "net/swarm.h"
 #include "net/server.h"
 
 /* How long an uploaded chunk waits for the commit that uses it
@@ -78,6 +79,7 @@ struct dmarfs_node {
 	/* MOUNT/@all/'s own client, to the first other peer (it answers for
 	 * the group's names): NULL when there is no group */
 	struct dmar_client *group;
+	const char *group_first; /* the peer it talks to */
 	struct dmar_server *server;
 	/* broadcasts going through this node (net/relay.h) */
 	struct dmar_relay *relay;
@@ -1372,6 +1374,26 @@ const char *dmarfs_node_peer_name(const struct dmarfs_node *n, size_t i)
 	return n->names[i];
 }
 
+size_t dmarfs_node_swarm(struct dmarfs_node *n, const char *origin, struct dmar_client *cl,
+			 struct dmar_swarm_peer *out)
+{
+	size_t k = 0, self = 0;
+	if (cl == n->group)
+		origin = n->group_first; /* the node it stands for */
+	out[k++] = (struct dmar_swarm_peer){ .c = cl, .name = origin };
+	for (size_t i = 0; i < n->npeers; i++)
+		if (!strcmp(n->names[i], n->name))
+			self = i;
+	/* Its neighbours in the peers file, after this node: different
+	 * readers ask different peers first. */
+	for (size_t j = 1; j <= n->npeers && k < DMAR_SWARM_PEERS; j++) {
+		size_t i = (self + j) % n->npeers;
+		if (strcmp(n->names[i], n->name) != 0 && strcmp(n->names[i], origin) != 0)
+			out[k++] = (struct dmar_swarm_peer){ .c = n->clients[i], .name = n->names[i] };
+	}
+	return k;
+}
+
 struct dmar_client *dmarfs_node_group(struct dmarfs_node *n)
 {
 	return n->group;
@@ -1475,6 +1497,7 @@ int dmarfs_node_new(struct dmarfs_node **out, struct dmarfs *fs, const struct dm
 		struct dmar_client_opts co = { .name = label, .url = url, .token = n->token, .tls_ca = cfg->tls_ca };
 		if ((r = dmar_client_new(&n->group, &co, err)) < 0)
 			goto fail;
+		n->group_first = p->name;
 		break;
 	}
 	n->relay_src = (struct dmar_chunk_source){ .get = relay_get, .put = relay_put, .ctx = n };

@@ -63,6 +63,13 @@ struct dmar_client *dmarfs_node_peer(struct dmarfs_node *n, const char *name);
  * this node, its own, so that its caches are the group's), or NULL when
  * the node has no group: no other peer, or a peer named "all". */
 struct dmar_client *dmarfs_node_group(struct dmarfs_node *n);
+/* Where a pull of a file at origin (its client cl) looks for chunks
+ * (net/swarm.h): origin first, then up to DMAR_SWARM_PEERS - 1 other peers,
+ * this node's neighbours in the peers file.  out has DMAR_SWARM_PEERS
+ * slots; returns how many it filled. */
+struct dmar_swarm_peer;
+size_t dmarfs_node_swarm(struct dmarfs_node *n, const char *origin, struct dmar_client *cl,
+			 struct dmar_swarm_peer *out);
 
 /*
  * Ship a file to `to` as dest: a peer, or several (dmarfs_node_hops), which

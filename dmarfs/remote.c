@@ -39,6 +39,7 @@
 #include "node.h"
 #include "codec/idset.h"
 #include "net/peers.h"
+#include "net/swarm.h"
 
 #define INODE_REMOTE 0x524d5445u /* "RMTE" */
 /* Remote attributes are the peer's: trust them briefly. */
@@ -666,6 +667,12 @@ static int sink_put(void *ctx, const struct dmar_wire_chunk *w, const uint8_t *d
 	return r;
 }
 
+/* A load that lacks this much (the recipe's bytes of its missing chunks)
+ * pulls them from every peer that holds them (net/swarm.h); a smaller one
+ * from the file's node alone, where asking the others would cost more
+ * round trips than their links save. */
+#define SWARM_MIN_BYTES (16u << 20)
+
 /* Load the peer's file into ri->f: its recipe, then only the chunks the
  * local arena lacks.  ri->lock held exclusively. */
 static int load(struct dmarfs *fs, struct rinode *ri, struct dmar_error *err)
@@ -688,10 +695,21 @@ static int load(struct dmarfs *fs, struct rinode *ri, struct dmar_error *err)
 			if (rc.e[i].kind == DMAR_RECIPE_CHUNK && dmar_store_lookup(c->arena, &rc.e[i].id, &info) < 0)
 				dmar_idset_add(&want, &rc.e[i].id, NULL);
 		size_t u = want.n;
+		uint64_t bytes = 0;
+		for (size_t i = 0; i < rc.n; i++)
+			if (rc.e[i].kind == DMAR_RECIPE_CHUNK && dmar_idset_find(&want, &rc.e[i].id) >= 0)
+				bytes += rc.e[i].len;
 		struct pulled p = { .c = c };
 		pthread_mutex_init(&p.lock, NULL);
 		struct dmar_chunk_sink sink = { .put = sink_put, .ctx = &p };
-		r = u ? dmar_client_pull(ri->cl, want.ids, u, &sink, NULL, NULL, NULL, err) : 0;
+		r = 0;
+		if (u && bytes >= SWARM_MIN_BYTES) {
+			struct dmar_swarm_peer sp[DMAR_SWARM_PEERS];
+			size_t np = dmarfs_node_swarm(fs->remote->node, ri->peer, ri->cl, sp);
+			r = dmar_swarm_pull(sp, np, want.ids, u, &sink, NULL, err);
+		} else if (u) {
+			r = dmar_client_pull(ri->cl, want.ids, u, &sink, NULL, NULL, NULL, err);
+		}
 		if (!r)
 			r = dmar_file_from_recipe(&ri->f, c, &rc, NULL, NULL);
 		for (size_t i = 0; i < p.n; i++)

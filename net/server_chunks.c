@@ -197,6 +197,8 @@ enum MHD_Result srv_h_get_chunk(struct req *q)
 		free(buf);
 	if (!resp)
 		return MHD_NO;
+	atomic_fetch_add(&q->s->served, 1);
+	atomic_fetch_add(&q->s->served_bytes, c.len);
 	char num[16];
 	snprintf(num, sizeof(num), "%u", c.len);
 	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/octet-stream");
@@ -291,6 +293,8 @@ static bool fetch_next(struct fetch *f, bool *failed)
 		return false;
 	}
 	c.id = *id;
+	atomic_fetch_add(&f->s->served, 1);
+	atomic_fetch_add(&f->s->served_bytes, c.len);
 	fetch_compress(f, &c);
 	dmar_batch_write_record(f->hdr, &c);
 	f->seg[0] = f->hdr;

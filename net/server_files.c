@@ -22,10 +22,13 @@ enum MHD_Result srv_h_node(struct req *q)
 	struct dmar_admit_stats as;
 	dmar_admit_stats(q->s->admit, &as);
 	json_object_set_new(o, "server",
-			    json_pack("{s:I, s:I, s:I, s:I, s:I, s:I}", "requests", (json_int_t)atomic_load(&q->s->requests),
-				      "connections", (json_int_t)atomic_load(&q->s->connections), "pending",
-				      (json_int_t)as.pending, "trusted", (json_int_t)as.trusted, "closed_slow",
-				      (json_int_t)as.expired, "closed_for_room", (json_int_t)as.evicted));
+			    json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "requests",
+				      (json_int_t)atomic_load(&q->s->requests), "connections",
+				      (json_int_t)atomic_load(&q->s->connections), "pending", (json_int_t)as.pending,
+				      "trusted", (json_int_t)as.trusted, "closed_slow", (json_int_t)as.expired,
+				      "closed_for_room", (json_int_t)as.evicted, "chunks_served",
+				      (json_int_t)atomic_load(&q->s->served), "chunk_bytes_served",
+				      (json_int_t)atomic_load(&q->s->served_bytes)));
 	return srv_reply_json(q, MHD_HTTP_OK, o);
 }
 

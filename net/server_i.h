@@ -109,6 +109,8 @@ struct dmar_server {
 	/* Served since the start, for GET /v1/node: what a client's
 	 * transfer cost this end, counted here rather than believed. */
 	atomic_uint_fast64_t requests;    /* every request that reached the handler */
+	atomic_uint_fast64_t served;      /* chunks sent by GET /v1/chunks/ID and POST /v1/chunks/fetch */
+	atomic_uint_fast64_t served_bytes; /* their decoded bytes */
 	atomic_uint_fast64_t connections; /* every connection accepted (a TCP, and TLS, handshake each) */
 	struct dmar_admit *admit;         /* which unauthenticated connections stay (admit.h) */
 };

@@ -35,9 +35,9 @@ mkdir -p "$S"
 
 wire_since() { echo $(( $(net_bytes a) - $1 )); }
 
-# not_peers DIR: the names in DIR other than the @PEER entries.
+# not_peers DIR: the names in DIR other than the @PEER entries and @all.
 not_peers() {
-	ls -a "$1" | grep -v -x -e . -e .. -e '@a' -e '@b' || :
+	ls -a "$1" | grep -v -x -e . -e .. -e '@a' -e '@b' -e '@all' || :
 }
 
 # ---- a: the receiver killed mid-transfer ----------------------------------

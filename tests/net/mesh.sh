@@ -12,7 +12,9 @@
 #     file; c mounted again has no part of it; the retry succeeds and only
 #     c's copy crosses the wire (from b: a's and d's links stay quiet);
 #  5. POST /v1/transfers on a to "all": the other seven nodes get a's file,
-#     the answer has one ok result per node;
+#     the answer has one ok result per node; a file held by b and c read
+#     at d through d/@b/ comes from both (their chunks_served counters),
+#     and with c killed mid-read the read completes from b;
 #  6. a's @all/: mkdir, cp, rm and rmdir there happen at the seven others;
 #     with h dead, the cp fails, a's log names h, the six others have the
 #     file and h (mounted again) has none of it;
@@ -29,8 +31,10 @@ done
 net_peers_file
 net_token_file
 export DMARFS_STAGE_SECONDS=5
+# copies of peers' files read here (d/@b/sw) go 5 s after their last close
+export DMARFS_REMOTE_CACHE_SECONDS=5
 for n in $NODES; do
-	net_node_start "$n" "" size=160m
+	net_node_start "$n" "" size=256m
 done
 S=$T/src
 mkdir -p "$S"
@@ -113,7 +117,7 @@ grep -q "^dmar: *c: FAILED" "$T/cp4.err" || grep -q "c: FAILED" "$T/cp4.err" ||
 say "  $(head -n 1 "$T/cp4.err")"
 same f4 "b d"
 net_exec a tc qdisc del dev eth0 root || fail "cannot remove a's tc qdisc"
-net_node_start c "" size=160m
+net_node_start c "" size=256m
 C=$(mnt c)
 [ ! -e "$C/f4" ] || fail "c has an f4 of $(stat -c %s "$C/f4") bytes after dying mid-broadcast"
 same f1v2 c
@@ -147,6 +151,42 @@ done
 json_get "$T/all.json" "nodes.7" >/dev/null 2>&1 && fail "more than seven results: $(cat "$T/all.json")"
 same f5 "b c d e f g h"
 
+# ---- 5. swarm pulls --------------------------------------------------------------------
+check "(5) a file held by b and c, read at d through d/@b/: its chunks come from both"
+mkprng "$S/sw" $((48 * MiB)) 44
+dmar_cp -q "$S/sw" 'b,c:sw' 2>"$T/sw.err" || fail "the broadcast to b,c failed: $(cat "$T/sw.err")"
+D=$(mnt d)
+sb=$(net_node_info b server.chunks_served) sc=$(net_node_info c server.chunks_served)
+[ "$(digest "$D/@b/sw")" = "$(digest "$S/sw")" ] || fail "d/@b/sw differs from the source"
+db=$(( $(net_node_info b server.chunks_served) - sb )) dc=$(( $(net_node_info c server.chunks_served) - sc ))
+say "  d pulled $db chunks from b, $dc from c"
+[ "$db" -gt 100 ] && [ "$dc" -gt 100 ] || fail "d pulled $db chunks from b and $dc from c, not from both"
+
+check "(5) the same with c killed mid-read: the read completes from b"
+mkprng "$S/sw2" $((64 * MiB)) 45
+dmar_cp -q "$S/sw2" 'b,c:sw2' 2>"$T/sw.err" || fail "the broadcast to b,c failed: $(cat "$T/sw.err")"
+for n in b c; do
+	net_exec "$n" tc qdisc add dev eth0 root tbf rate 100mbit burst 256kb latency 200ms || fail "cannot shape $n"
+done
+sc=$(net_node_info c server.chunks_served)
+(digest "$D/@b/sw2" >"$T/sw2.dig"; echo $? >"$T/sw2.rc") &
+rd_pid=$!
+CLEANUP_PIDS="${CLEANUP_PIDS:-} $rd_pid"
+k=0
+while [ $(( $(net_node_info c server.chunks_served) - sc )) -lt 100 ]; do
+	k=$((k + 1))
+	[ "$k" -lt 300 ] || fail "c served no chunks to d's read in 30 s"
+	sleep 0.1
+done
+net_node_kill c
+wait_pid_exit "$rd_pid" 120 || fail "the read still runs 120 s after c died"
+[ "$(cat "$T/sw2.rc")" = 0 ] && [ "$(cat "$T/sw2.dig")" = "$(digest "$S/sw2")" ] ||
+	fail "the read with c killed: status $(cat "$T/sw2.rc"), digest $(cat "$T/sw2.dig")"
+for n in b c; do
+	net_exec "$n" tc qdisc del dev eth0 root || fail "cannot remove $n's tc qdisc"
+done
+net_node_start c "" size=256m
+
 # ---- 6. the mount's @all/ -------------------------------------------------------------
 check "(6) a's @all/: mkdir makes a directory at the seven others, cp ships to all of them, rm and rmdir everywhere"
 ls "$A" | grep -qx @all || fail "no @all in a's root: $(ls "$A" | tr '\n' ' ')"
@@ -176,14 +216,14 @@ grep -q "1 of 7 nodes failed: h: " "$T/dmarfs.a.log" || fail "a's log does not n
 for n in b c d e f g; do
 	[ "$(digest "$(mnt "$n")/g2")" = "$(digest "$S/f1")" ] || fail "$n's g2 differs from the source"
 done
-net_node_start h "" size=160m
+net_node_start h "" size=256m
 [ ! -e "$(mnt h)/g2" ] || fail "h has a g2 it never got"
 
 # ---- 7. clean up ---------------------------------------------------------------------
 check "(7) everything deleted: every arena back to no data, and each adds up"
 for n in $NODES; do
 	m=$(mnt "$n")
-	rm -f "$m/f1" "$m/f1v2" "$m/f4" "$m/f5" "$m/g2"
+	rm -f "$m/f1" "$m/f1v2" "$m/f4" "$m/f5" "$m/g2" "$m/sw" "$m/sw2"
 done
 for n in $NODES; do
 	m=$(mnt "$n")

@@ -45,6 +45,7 @@
 #include "codec/hash.h"
 #include "net/client.h"
 #include "net/relay.h"
+#include "net/swarm.h"
 #include "net/wire.h"
 
 /* ---- a chunk table, shared by the fake and the test's source ----------- */
@@ -1482,6 +1483,19 @@ struct tsink {
 	unsigned long puts;
 };
 
+static void tsink_init(struct tsink *s)
+{
+	memset(s, 0, sizeof(*s));
+	table_init(&s->got);
+	pthread_mutex_init(&s->lock, NULL);
+}
+
+static void tsink_free(struct tsink *s)
+{
+	table_free(&s->got, true);
+	pthread_mutex_destroy(&s->lock);
+}
+
 static int sink_put(void *ctx, const struct dmar_wire_chunk *c, const uint8_t *decoded)
 {
 	struct tsink *s = ctx;
@@ -1505,9 +1519,8 @@ static void test_pull(void **state)
 		ids[i] = f.chunks.c[i].id;
 	for (size_t i = 0; i < 3; i++)
 		ids[f.chunks.n + i] = f.chunks.c[i].id; /* asked twice, fetched once */
-	struct tsink s = { 0 };
-	table_init(&s.got);
-	pthread_mutex_init(&s.lock, NULL);
+	struct tsink s;
+	tsink_init(&s);
 	struct dmar_chunk_sink sink = { sink_put, &s };
 	struct dmar_xfer_stats st;
 	struct dmar_error err = { 0 };
@@ -1524,10 +1537,55 @@ static void test_pull(void **state)
 		assert_memory_equal(g->data, f.chunks.c[i].data, g->len);
 	}
 	free(ids);
-	table_free(&s.got, true);
-	pthread_mutex_destroy(&s.lock);
+	tsink_free(&s);
 	tfile_free(&f);
 	dmar_client_free(c);
+}
+
+/* A swarm of three: b and c (the same fake, two clients) hold every
+ * chunk and share the pull; x cannot be reached and is left out; a
+ * chunk nobody holds fails the pull, naming it. */
+static void test_swarm_pull(void **state)
+{
+	(void)state;
+	struct tfile f;
+	tfile_make(&f, 300, 0, 23);
+	fake_preload(&f, 1);
+	struct dmar_swarm_peer sp[3] = {
+		{ .c = client_for(F->port, NULL, 2), .name = "b" },
+		{ .c = client_for(dead_port(), NULL, 2), .name = "x" },
+		{ .c = client_for(F->port, NULL, 2), .name = "c" },
+	};
+	struct dmar_id *ids = malloc((f.chunks.n + 1) * sizeof(*ids));
+	for (size_t i = 0; i < f.chunks.n; i++)
+		ids[i] = f.chunks.c[i].id;
+	struct tsink s;
+	tsink_init(&s);
+	struct dmar_chunk_sink sink = { sink_put, &s };
+	struct dmar_xfer_stats st;
+	struct dmar_error err = { 0 };
+	assert_int_equal(dmar_swarm_pull(sp, 3, ids, f.chunks.n, &sink, &st, &err), 0);
+	assert_int_equal(s.puts, 300);
+	assert_int_equal(sp[0].chunks + sp[2].chunks, 300);
+	assert_true(sp[0].chunks >= 100 && sp[2].chunks >= 100); /* shared, about evenly */
+	assert_int_equal(sp[1].chunks, 0);
+	assert_int_equal(sp[1].err, -ECONNREFUSED);
+	assert_int_equal(st.chunk_bytes, tfile_bytes(&f));
+	for (size_t i = 0; i < f.chunks.n; i++) {
+		struct tchunk *g = table_find(&s.got, &f.chunks.c[i].id);
+		assert_non_null(g);
+		assert_memory_equal(g->data, f.chunks.c[i].data, g->len);
+	}
+	/* one chunk held by nobody */
+	memset(&ids[f.chunks.n], 0x5a, sizeof(ids[0]));
+	memset(&err, 0, sizeof(err));
+	assert_int_equal(dmar_swarm_pull(sp, 3, ids, f.chunks.n + 1, &sink, NULL, &err), -ENOENT);
+	assert_non_null(strstr(err.msg, "chunk 5a5a5a5a5a5a5a5a...: no peer left that holds it"));
+	for (int k = 0; k < 3; k++)
+		dmar_client_free(sp[k].c);
+	free(ids);
+	tsink_free(&s);
+	tfile_free(&f);
 }
 
 static void test_pull_corrupt(void **state)
@@ -1540,9 +1598,8 @@ static void test_pull_corrupt(void **state)
 	struct dmar_id ids[10];
 	for (size_t i = 0; i < 10; i++)
 		ids[i] = f.chunks.c[i].id;
-	struct tsink s = { 0 };
-	table_init(&s.got);
-	pthread_mutex_init(&s.lock, NULL);
+	struct tsink s;
+	tsink_init(&s);
 	struct dmar_chunk_sink sink = { sink_put, &s };
 	struct dmar_error err = { 0 };
 	assert_int_equal(dmar_client_pull(c, ids, 10, &sink, NULL, NULL, NULL, &err), -EILSEQ);
@@ -1559,8 +1616,7 @@ static void test_pull_corrupt(void **state)
 	char hex[DMAR_HASH_HEX_SIZE];
 	dmar_hex(ids[7].b, 32, hex);
 	assert_non_null(strstr(err.msg, hex));
-	table_free(&s.got, true);
-	pthread_mutex_destroy(&s.lock);
+	tsink_free(&s);
 	tfile_free(&f);
 	dmar_client_free(c);
 }
@@ -1644,6 +1700,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_push_new, fake_start, fake_stop),
 		cmocka_unit_test_setup_teardown(test_chain_push, fake_start, fake_stop),
+		cmocka_unit_test_setup_teardown(test_swarm_pull, fake_start, fake_stop),
 		cmocka_unit_test_setup_teardown(test_send_chunks, fake_start, fake_stop),
 		cmocka_unit_test_setup_teardown(test_push_tried, fake_start, fake_stop),
 		cmocka_unit_test_setup_teardown(test_push_probe_run, fake_start, fake_stop),
