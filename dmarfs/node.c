@@ -1133,6 +1133,21 @@ static void src_put(void *ctx, struct dmar_wire_chunk *c)
 		free((void *)c->payload);
 }
 
+/* A broadcast's chunks going on from here, as events. */
+static void relay_progress(void *ctx, uint64_t upload, const char *to, uint64_t chunks, uint64_t wire, double seconds)
+{
+	struct dmarfs_node *n = ctx;
+	if (!n->server)
+		return;
+	char up[17];
+	snprintf(up, sizeof(up), "%016" PRIx64, upload);
+	json_t *ev = json_pack("{s:s, s:s, s:s, s:s, s:I, s:I, s:f, s:f}", "type", "relay.progress", "node", n->name,
+			       "upload", up, "to", to, "chunks_sent", (json_int_t)chunks, "wire_bytes", (json_int_t)wire,
+			       "seconds", seconds, "wire_MBps", seconds > 0 ? wire / seconds / 1e6 : 0.0);
+	if (ev)
+		dmar_server_event(n->server, ev);
+}
+
 /* The relay's source: a chunk staged for a broadcast may be dropped (stage
  * expiry, arena pressure) while it waits, so each is referenced while it
  * is read. */
@@ -1502,7 +1517,8 @@ int dmarfs_node_new(struct dmarfs_node **out, struct dmarfs *fs, const struct dm
 	}
 	n->relay_src = (struct dmar_chunk_source){ .get = relay_get, .put = relay_put, .ctx = n };
 	struct dmar_relay_cfg rc = { .peer = peer_of, .peer_ctx = n, .src = &n->relay_src,
-				     .idle_seconds = (unsigned)stage_seconds() };
+				     .idle_seconds = (unsigned)stage_seconds(), .progress = relay_progress,
+				     .progress_ctx = n };
 	if ((r = dmar_relay_new(&n->relay, &rc)) < 0)
 		goto fail;
 	*out = n;

@@ -168,6 +168,7 @@ struct session {
 	uint64_t bytes;    /* of the ids waiting */
 	uint64_t first_ms; /* when the oldest of them came */
 	uint64_t last_ms;  /* the last chunk or finish */
+	uint64_t told_ms;  /* the last progress report (the worker's) */
 	bool busy;         /* a batch is out */
 	bool flush;        /* finish waits: send what waits now */
 	bool stop, done;   /* told to end; ended (joinable) */
@@ -219,6 +220,12 @@ static void forward(struct session *s, const struct dmar_id *ids, const uint32_t
 			s->rl->chunks += st.sent_chunks;
 			s->rl->wire += st.wire_bytes;
 			pthread_mutex_unlock(&s->rl->lock);
+		}
+		const struct dmar_relay_cfg *cfg = &s->rl->cfg;
+		uint64_t t = now_ms();
+		if (cfg->progress && (r < 0 || t - s->told_ms >= 250)) {
+			s->told_ms = t;
+			cfg->progress(cfg->progress_ctx, s->upload, s->hops.name[s->at], f->chunks, f->wire, f->seconds);
 		}
 		if (r == 0)
 			return;
@@ -440,6 +447,8 @@ json_t *dmar_relay_finish(struct dmar_relay *rl, uint64_t upload)
 		struct fwd *f = &s->fw[i];
 		if (!f->chunks && !f->wire && !f->err)
 			continue;
+		if (rl->cfg.progress)
+			rl->cfg.progress(rl->cfg.progress_ctx, upload, s->hops.name[i], f->chunks, f->wire, f->seconds);
 		json_t *h = json_pack("{s:I, s:I, s:f}", "wire_bytes", (json_int_t)f->wire, "chunks_sent",
 				      (json_int_t)f->chunks, "seconds", f->seconds);
 		if (h && f->err) {

@@ -74,6 +74,11 @@ struct dmar_relay_cfg {
 	/* A session nobody adds to or finishes for this long ends (its
 	 * sender died before the commit). */
 	unsigned idle_seconds;
+	/* Optional: after each batch forwarded (at most four times a second
+	 * per session, and at the end), what the session sent to node so far. */
+	void (*progress)(void *ctx, uint64_t upload, const char *node, uint64_t chunks, uint64_t wire_bytes,
+			 double seconds);
+	void *progress_ctx;
 };
 int dmar_relay_new(struct dmar_relay **out, const struct dmar_relay_cfg *cfg);
 /* Stops every session (what they hold is not forwarded).  NULL-safe. */

@@ -5,7 +5,8 @@
 #  1. dmar cp on a to 'b,c,d:f1': every copy is the source's; a's link
 #     carries the file about once (a chain, not three pushes), b and c
 #     forward it as it arrives (their relay counters), d's link only
-#     receives it; -v prints a line per node;
+#     receives it; -v prints a line per node; b's event stream shows its
+#     forwarding to c (relay.progress) and the results after it;
 #  2. the same again: nothing but commits crosses any link;
 #  3. a near-duplicate (1 MiB changed): each link carries about the change;
 #  4. c killed mid-broadcast: the cp fails, naming c; b and d have the
@@ -53,6 +54,14 @@ same() {
 # ---- 1. a chain through b, c, d --------------------------------------------------
 check "(1) dmar cp to b,c,d: every copy is the source's; a's link carries it once"
 mkprng "$S/f1" $((24 * MiB)) 41
+net_spawn a "$T/watch-b" "$DMAR" watch --peers "$NET_PEERS" --token "$NET_TOKEN" b
+watch_pid=$NET_PID
+k=0
+until grep -q '"hello"' "$T/watch-b" 2>/dev/null; do
+	k=$((k + 1))
+	[ "$k" -lt 100 ] || fail "dmar watch b: no hello in 10 s: $(cat "$T/watch-b")"
+	sleep 0.1
+done
 snap 1
 dmar_cp -v "$S/f1" 'b,c,d:f1' 2>"$T/cp1.err" || fail "the broadcast failed: $(cat "$T/cp1.err")"
 same f1 "b c d"
@@ -71,6 +80,18 @@ done
 for n in b c d; do
 	grep -q "^  $n: ok, wire" "$T/cp1.err" || fail "dmar cp -v has no line for $n: $(cat "$T/cp1.err")"
 done
+# b's event stream: its forwarding to c as it went, then the nodes after it
+k=0
+until grep -q '"relay.done"' "$T/watch-b"; do
+	k=$((k + 1))
+	[ "$k" -lt 50 ] || fail "no relay.done in b's event stream: $(cat "$T/watch-b")"
+	sleep 0.1
+done
+net_stop_pid "$watch_pid"
+grep '"relay.progress"' "$T/watch-b" | grep -q '"to": *"c"' ||
+	fail "b's event stream has no relay.progress to c: $(cat "$T/watch-b")"
+grep '"relay.done"' "$T/watch-b" | grep -q '"node": *"d"' ||
+	fail "b's relay.done does not report on d: $(grep relay.done "$T/watch-b")"
 
 check "(2) the same broadcast again: every node holds it, nothing but commits crosses"
 snap 2
