@@ -6,6 +6,7 @@
 #ifndef DMAR_CLI_H
 #define DMAR_CLI_H
 
+#include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -128,6 +129,26 @@ const char *cli_peer_address(const struct dmar_peer *p, char *buf, size_t cap);
 const char *cli_net_why(int r, const struct dmar_error *err, char *buf, size_t cap);
 /* "950 MB/s", "2.1 GB/s": a decimal rate into buf[32]. */
 const char *cli_rate(double bytes_per_s, char *buf);
+
+/* A node's event stream (events.c): GET /v1/events as whole messages.
+ * fn gets each one (JSON text, normally) from cli_events_open and
+ * cli_events_pump; a negative return ends the pump with it.  stop (a
+ * signal's flag, or NULL) ends waits with -EINTR. */
+typedef int (*cli_event_fn)(void *ctx, const uint8_t *msg, size_t len);
+struct cli_events;
+/* Connect and upgrade within connect_ms.  0, or -errno with err (as
+ * dmar_ws_client_connect's, with a hint when a token is missing). */
+int cli_events_open(struct cli_events **out, const struct cli_net *net, const struct dmar_peer *p, long connect_ms,
+		    volatile sig_atomic_t *stop, cli_event_fn fn, void *ctx, struct dmar_error *err);
+/* What arrives within ms (-1: until something does): as
+ * dmar_ws_client_pump, a protocol error answered with its close. */
+int cli_events_pump(struct cli_events *e, int ms, struct dmar_error *err);
+/* Whether the node closed the stream, and its code. */
+bool cli_events_closed(const struct cli_events *e, int *code);
+/* A clean end: the node's close answered, or ours sent and its answer
+ * awaited for up to a second.  NULL-safe. */
+void cli_events_end(struct cli_events *e);
+void cli_events_free(struct cli_events *e); /* NULL-safe */
 
 struct stat;
 struct dmar_xfer_stats;

@@ -225,6 +225,8 @@ static char *join(const char *dir, const char *name)
 
 /* ---- progress and summary ------------------------------------------------ */
 
+struct bcast_follow;
+
 struct cp_progress {
 	pthread_mutex_t lock;
 	bool on, tty;
@@ -233,7 +235,12 @@ struct cp_progress {
 	const char *what;     /* "f -> a:f" */
 	uint64_t done;        /* logical bytes accounted for; pull: set by the sink (atomic) */
 	bool pushing;         /* done = chunk bytes uploaded */
+	struct dmar_xfer_stats st;  /* the latest the engine reported */
+	struct bcast_follow *bf;    /* a broadcast's nodes after the first, or NULL */
+	unsigned lines;             /* drawn below the first line (a terminal's) */
 };
+
+static void bcast_draw(struct cp_progress *p);
 
 static void progress_init(struct cp_progress *p, const char *what, uint64_t total, bool pushing)
 {
@@ -247,33 +254,164 @@ static void progress_init(struct cp_progress *p, const char *what, uint64_t tota
 	p->pushing = pushing;
 }
 
+/* The progress line, and a broadcast's per-node lines under it; with
+ * p->lock held, at most four times a second. */
+static void progress_draw(struct cp_progress *p)
+{
+	double now = cli_now();
+	if (now - p->last < 0.25)
+		return;
+	p->last = now;
+	double s = now - p->t0;
+	const struct dmar_xfer_stats *st = &p->st;
+	uint64_t done = p->pushing ? st->chunk_bytes : __atomic_load_n(&p->done, __ATOMIC_RELAXED);
+	if (done > p->total)
+		done = p->total;
+	char a[32], b[32], w[32], ws[32], es[32];
+	fprintf(stderr, "%s%s: %s %s / %s (%3.0f%%), wire %s at %s, effective %s%s", p->tty ? "\r" : "", p->what,
+		p->pushing ? "sent" : "done", cli_human(done, a), cli_human(p->total, b),
+		p->total ? 100.0 * done / p->total : 100.0, cli_human(st->wire_bytes, w), cli_rate(st->wire_bytes / s, ws),
+		cli_rate(done / s, es), p->tty ? "\033[K" : "\n");
+	if (p->bf)
+		bcast_draw(p);
+}
+
 static void on_progress(void *ctx, const struct dmar_xfer_stats *st)
 {
 	struct cp_progress *p = ctx;
 	if (!p->on)
 		return;
 	pthread_mutex_lock(&p->lock);
-	double now = cli_now();
-	if (now - p->last >= 0.25) {
-		p->last = now;
-		double s = now - p->t0;
-		uint64_t done = p->pushing ? st->chunk_bytes : __atomic_load_n(&p->done, __ATOMIC_RELAXED);
-		if (done > p->total)
-			done = p->total;
-		char a[32], b[32], w[32], ws[32], es[32];
-		fprintf(stderr, "%s%s: %s %s / %s (%3.0f%%), wire %s at %s, effective %s%s", p->tty ? "\r" : "",
-			p->what, p->pushing ? "sent" : "done", cli_human(done, a), cli_human(p->total, b),
-			p->total ? 100.0 * done / p->total : 100.0, cli_human(st->wire_bytes, w),
-			cli_rate(st->wire_bytes / s, ws), cli_rate(done / s, es), p->tty ? "\033[K" : "\n");
-	}
+	p->st = *st;
+	progress_draw(p);
 	pthread_mutex_unlock(&p->lock);
 }
 
 static void progress_end(struct cp_progress *p)
 {
 	if (p->on && p->tty && p->last > p->t0)
-		fputs("\r\033[K", stderr);
+		fputs("\r\033[J", stderr); /* the line and any drawn below it */
 	pthread_mutex_destroy(&p->lock);
+}
+
+/*
+ * A broadcast's progress at the nodes after the first: each node that
+ * forwards it (the chain's first to last but one) reports what it sent
+ * on in its event stream (relay.progress with the broadcast's upload
+ * id), followed here while the copy runs.  Only for a progress display:
+ * a stream that cannot be opened leaves its node's line out.
+ */
+#define BCAST_FOLLOW_MAX 16
+#define BCAST_CONNECT_MS 2000
+
+struct bcast_follow {
+	struct cp_progress *p;
+	const struct dmar_hops *hops;
+	char upload[17];
+	size_t n;                       /* streams followed: hops 0 .. n-1 */
+	struct cli_events *ev[BCAST_FOLLOW_MAX];
+	pthread_t th[BCAST_FOLLOW_MAX];
+	bool running[BCAST_FOLLOW_MAX];
+	volatile sig_atomic_t stop;
+	struct dmar_relay_sent got[BCAST_FOLLOW_MAX + 1]; /* by hop; under p->lock */
+	bool changed[BCAST_FOLLOW_MAX + 1];
+};
+
+static int follow_event(void *ctx, const uint8_t *msg, size_t len)
+{
+	struct bcast_follow *f = ctx;
+	json_t *ev = json_loadb((const char *)msg, len, 0, NULL);
+	const char *type = json_string_value(json_object_get(ev, "type"));
+	const char *up = json_string_value(json_object_get(ev, "upload"));
+	long i = dmar_hops_find(f->hops, json_string_value(json_object_get(ev, "to")) ?: "");
+	if (type && up && !strcmp(type, "relay.progress") && !strcmp(up, f->upload) && i > 0 &&
+	    i <= BCAST_FOLLOW_MAX) {
+		struct dmar_relay_sent g = {
+			.chunks = (uint64_t)json_integer_value(json_object_get(ev, "chunks_sent")),
+			.chunk_bytes = (uint64_t)json_integer_value(json_object_get(ev, "chunk_bytes")),
+			.wire_bytes = (uint64_t)json_integer_value(json_object_get(ev, "wire_bytes")),
+			.seconds = json_number_value(json_object_get(ev, "seconds")),
+		};
+		pthread_mutex_lock(&f->p->lock);
+		if (g.wire_bytes >= f->got[i].wire_bytes) { /* the streams' events come in order; a late one is old */
+			f->got[i] = g;
+			f->changed[i] = true;
+		}
+		progress_draw(f->p); /* also once the push to the first node is done */
+		pthread_mutex_unlock(&f->p->lock);
+	}
+	json_decref(ev);
+	return 0;
+}
+
+static void *follow_run(void *arg)
+{
+	struct cli_events *ev = arg;
+	int r;
+	do /* until stopped (-EINTR), closed, or broken */
+		r = cli_events_pump(ev, 200, NULL);
+	while ((r == 0 || r == -ETIMEDOUT) && !cli_events_closed(ev, NULL));
+	return NULL;
+}
+
+static void bcast_draw(struct cp_progress *p)
+{
+	struct bcast_follow *f = p->bf;
+	size_t shown = f->hops->n < BCAST_FOLLOW_MAX + 1 ? f->hops->n : BCAST_FOLLOW_MAX + 1;
+	unsigned lines = 0;
+	for (size_t i = 1; i < shown; i++) {
+		if (!p->tty && !f->changed[i])
+			continue;
+		f->changed[i] = false;
+		const struct dmar_relay_sent *g = &f->got[i];
+		char a[32], b[32], w[32], ws[32];
+		fprintf(stderr, "%s  %s: got %s / %s (%3.0f%%) from %s, wire %s at %s%s", p->tty ? "\n" : "",
+			f->hops->name[i], cli_human(g->chunk_bytes, a), cli_human(p->total, b),
+			p->total ? 100.0 * (g->chunk_bytes < p->total ? g->chunk_bytes : p->total) / p->total : 100.0,
+			f->hops->name[i - 1], cli_human(g->wire_bytes, w),
+			cli_rate(g->seconds > 0 ? g->wire_bytes / g->seconds : 0, ws), p->tty ? "\033[K" : "\n");
+		lines++;
+	}
+	if (p->tty && shown < f->hops->n) {
+		fprintf(stderr, "\n  (and %zu nodes more)\033[K", f->hops->n - shown);
+		lines++;
+	}
+	if (p->tty && lines)
+		fprintf(stderr, "\033[%uA", lines); /* back up to the first line */
+	p->lines = lines;
+}
+
+/* Follow the relaying nodes of hops for upload (progress p on). */
+static void bcast_follow_start(struct bcast_follow *f, struct cp_progress *p, struct cli_net *net,
+			       const struct dmar_hops *hops, uint64_t upload)
+{
+	memset(f, 0, sizeof(*f));
+	f->p = p;
+	f->hops = hops;
+	snprintf(f->upload, sizeof(f->upload), "%016" PRIx64, upload);
+	f->n = hops->n - 1 < BCAST_FOLLOW_MAX ? hops->n - 1 : BCAST_FOLLOW_MAX;
+	for (size_t i = 0; i < f->n; i++) {
+		const struct dmar_peer *peer = dmar_peers_find(net->peers, hops->name[i]);
+		struct dmar_error err = { 0 };
+		if (!peer || cli_events_open(&f->ev[i], net, peer, BCAST_CONNECT_MS, &f->stop, follow_event, f, &err) < 0)
+			continue;
+		f->running[i] = pthread_create(&f->th[i], NULL, follow_run, f->ev[i]) == 0;
+	}
+	p->bf = f;
+}
+
+static void bcast_follow_stop(struct bcast_follow *f)
+{
+	f->stop = 1;
+	for (size_t i = 0; i < f->n; i++) {
+		if (f->running[i])
+			pthread_join(f->th[i], NULL);
+		cli_events_end(f->ev[i]); /* our close, not awaited (stop is set) */
+		cli_events_free(f->ev[i]);
+	}
+	pthread_mutex_lock(&f->p->lock);
+	f->p->bf = NULL;
+	pthread_mutex_unlock(&f->p->lock);
 }
 
 static void summary(const char *failed, const char *what, const struct dmar_xfer_stats *st)
@@ -586,11 +724,17 @@ int cp_push_fd(struct dmar_client *c, struct cp_bcast *b, const char *local, int
 	struct dmar_chunk_source cs = { .get = src_get, .put = src_put, .ctx = &src };
 	struct dmar_push_opts o = { .flags = noreplace ? DMAR_PUSH_NOREPLACE : 0 };
 	json_t *results = NULL;
+	struct bcast_follow bf;
+	bool follow = b && pr.on && b->hops.n > 1 && dmar_wire_upload_new(&o.upload) == 0;
+	if (follow)
+		bcast_follow_start(&bf, &pr, b->net, &b->hops, o.upload);
 	if (b)
 		ret = dmar_chain_push(&b->hops, bcast_peer, b, NULL, path, &r, NULL, &cs, &o, on_progress, &pr, &results,
 				      xs, &err);
 	else
 		ret = dmar_client_push(c, path, &r, NULL, &cs, &o, on_progress, &pr, xs, &err);
+	if (follow)
+		bcast_follow_stop(&bf);
 	progress_end(&pr);
 	xs->seconds = cli_now() - t0; /* the hashing here is part of the copy */
 	if (ret < 0) {

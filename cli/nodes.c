@@ -5,8 +5,7 @@
  * every peer, at once, with short timeouts) and `dmar watch` (the GET
  * /v1/events websocket of one node, each event a JSON line on stdout).
  *
- * watch is a websocket client of net/ws.h: this file only assembles
- * messages from frames and prints them.
+ * watch follows the stream through events.c and prints each message.
  */
 #include "config.h"
 
@@ -327,10 +326,7 @@ static const char watch_help[] =
 	"      --peers FILE / --token FILE / --tls-ca FILE   as for dmar nodes\n"
 	"  -h, --help           this help\n";
 
-#define WATCH_MSG_MAX (1u << 20)
-#define WATCH_HDR_MAX (16u << 10)
 #define WATCH_CONNECT_MS 5000
-#define WATCH_IO_MS 5000
 
 static volatile sig_atomic_t watch_stop;
 
@@ -342,29 +338,21 @@ static void on_watch_signal(int sig)
 
 struct watch {
 	const char *node;
-	struct dmar_ws_client *ws;
-	uint8_t *msg; /* the message being assembled from its frames */
-	size_t msg_len;
-	bool in_msg, hello_seen, closed;
-	int close_code;
+	bool hello_seen;
 	uint64_t events, count; /* count 0: no limit */
-	char why[sizeof(((struct dmar_error *)0)->msg)]; /* what failed, for the message */
 };
 
-/* A client frame (a pong, a close); quietly nothing before the connect. */
-static int watch_frame(struct watch *w, enum dmar_ws_opcode op, const uint8_t *data, size_t len)
+static bool watch_done(const struct watch *w)
 {
-	return w->ws ? dmar_ws_client_send(w->ws, op, data, len) : -ENOTCONN;
-}
-
-static int watch_close(struct watch *w, int code)
-{
-	return w->ws ? dmar_ws_client_close(w->ws, code) : -ENOTCONN;
+	return w->count && w->events >= w->count;
 }
 
 /* A whole message: one JSON line on stdout. */
-static int watch_event(struct watch *w, const uint8_t *data, size_t len)
+static int watch_event(void *ctx, const uint8_t *data, size_t len)
 {
+	struct watch *w = ctx;
+	if (watch_done(w))
+		return 0;
 	json_t *ev = json_loadb((const char *)data, len, 0, NULL);
 	char *line = ev ? json_dumps(ev, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
 	const char *type = json_string_value(json_object_get(ev, "type"));
@@ -385,81 +373,6 @@ static int watch_event(struct watch *w, const uint8_t *data, size_t len)
 		w->hello_seen = true;
 	else
 		w->events++;
-	return 0;
-}
-
-static int on_frame(void *ctx, const struct dmar_ws_frame *f)
-{
-	struct watch *w = ctx;
-	if (w->closed || (w->count && w->events >= w->count))
-		return 0;
-	switch (f->opcode) {
-	case DMAR_WS_TEXT:
-	case DMAR_WS_BINARY:
-	case DMAR_WS_CONT:
-		if (f->opcode != DMAR_WS_CONT)
-			w->msg_len = 0;
-		if (w->msg_len + f->len > WATCH_MSG_MAX)
-			return -EMSGSIZE;
-		if (f->fin && !w->msg_len)
-			return watch_event(w, f->payload, f->len);
-		if (!w->msg && !(w->msg = malloc(WATCH_MSG_MAX)))
-			return -ENOMEM;
-		memcpy(w->msg + w->msg_len, f->payload, f->len);
-		w->msg_len += f->len;
-		if (!f->fin)
-			return 0;
-		size_t whole = w->msg_len;
-		w->msg_len = 0;
-		return watch_event(w, w->msg, whole);
-	case DMAR_WS_PING:
-		return watch_frame(w, DMAR_WS_PONG, f->payload, f->len);
-	case DMAR_WS_PONG:
-		return 0;
-	case DMAR_WS_CLOSE:
-		w->closed = true;
-		w->close_code = f->len >= 2 ? f->payload[0] << 8 | f->payload[1] : DMAR_WS_CLOSE_NORMAL;
-		return 0;
-	}
-	return 0;
-}
-
-static int watch_run(struct watch *w, struct cli_net *net, const struct dmar_peer *p)
-{
-	char url[DMAR_PEER_URL_MAX], host[DMAR_PEER_URL_MAX];
-	if (dmar_peers_url(p, url, sizeof(url)) < 0)
-		return -ENAMETOOLONG;
-	struct dmar_ws_client_opts o = {
-		.url = url,
-		.host = cli_peer_address(p, host, sizeof(host)),
-		.path = "/v1/events",
-		.token = net->token,
-		.tls_ca = net->tls_ca,
-		.user_agent = "dmar/" PACKAGE_VERSION,
-		.max_payload = WATCH_MSG_MAX,
-		.connect_ms = WATCH_CONNECT_MS,
-		.io_ms = WATCH_IO_MS,
-		.stop = &watch_stop,
-	};
-	struct dmar_error err = { 0 };
-	int r = dmar_ws_client_connect(&w->ws, &o, on_frame, w, &err);
-	if (r < 0) {
-		const char *hint = r == -EKEYREJECTED && !net->token ? " (no token: --token FILE or $DMAR_TOKEN_FILE)" : "";
-		snprintf(w->why, sizeof(w->why), "%.*s%s", (int)(sizeof(w->why) - strlen(hint) - 1), err.msg, hint);
-		return r;
-	}
-	while (!w->closed && !(w->count && w->events >= w->count)) {
-		struct dmar_error e = { 0 };
-		r = dmar_ws_client_pump(w->ws, -1, &e);
-		if (r == -EINTR)
-			return r;
-		if (r < 0) {
-			snprintf(w->why, sizeof(w->why), "%s", e.msg);
-			if (r == -EPROTO || r == -EMSGSIZE)
-				watch_close(w, r == -EMSGSIZE ? DMAR_WS_CLOSE_TOO_BIG : DMAR_WS_CLOSE_PROTOCOL);
-			return r;
-		}
-	}
 	return 0;
 }
 
@@ -512,37 +425,32 @@ int cmd_watch(int argc, char **argv)
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGHUP, &sa, NULL);
 
-	int r = watch_run(&w, &net, p);
-	int status = 0;
-	if (r == -EINTR || (r == 0 && !w.closed)) {
-		/* We end it: a masked close, then a moment for the node's. */
-		watch_stop = 0;
-		if (watch_close(&w, DMAR_WS_CLOSE_NORMAL) == 0) {
-			double t0 = cli_now();
-			while (!w.closed && cli_now() - t0 < 1.0) {
-				int e = dmar_ws_client_pump(w.ws, 250, NULL);
-				if (e < 0 && e != -ETIMEDOUT)
-					break;
-			}
-		}
-	} else if (r == 0 && w.closed) {
-		watch_close(&w, w.close_code == DMAR_WS_CLOSE_NORMAL || w.close_code == DMAR_WS_CLOSE_GOING_AWAY ?
-					w.close_code : DMAR_WS_CLOSE_NORMAL);
-		if (w.count && w.events < w.count) {
+	struct cli_events *ev = NULL;
+	struct dmar_error err = { 0 };
+	int r = cli_events_open(&ev, &net, p, WATCH_CONNECT_MS, &watch_stop, watch_event, &w, &err);
+	while (r == 0 && !cli_events_closed(ev, NULL) && !watch_done(&w))
+		r = cli_events_pump(ev, -1, &err);
+	int status = 0, code = 0;
+	if (r == -EINTR || (r == 0 && !cli_events_closed(ev, NULL))) {
+		watch_stop = 0; /* the close may wait now */
+		cli_events_end(ev);
+	} else if (r == 0) {
+		cli_events_closed(ev, &code);
+		cli_events_end(ev);
+		if (!watch_done(&w) && w.count) {
 			cli_err("%s: the node closed the stream (code %d) after %" PRIu64 " of %" PRIu64 " events", w.node,
-				w.close_code, w.events, w.count);
+				code, w.events, w.count);
 			status = 1;
 		}
 	} else {
 		char why[400], addr[DMAR_PEER_URL_MAX];
 		struct dmar_error e = { .code = r };
-		snprintf(e.msg, sizeof(e.msg), "%s", w.why[0] ? w.why : strerror(-r));
+		snprintf(e.msg, sizeof(e.msg), "%s", err.msg[0] ? err.msg : strerror(-r));
 		cli_err("%s (%s): %s", w.node, cli_peer_address(p, addr, sizeof(addr)),
 			cli_net_why(r, &e, why, sizeof(why)));
 		status = 1;
 	}
-	dmar_ws_client_free(w.ws);
-	free(w.msg);
+	cli_events_free(ev);
 	cli_net_free(&net);
 	return status;
 }

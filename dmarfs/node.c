@@ -1134,16 +1134,18 @@ static void src_put(void *ctx, struct dmar_wire_chunk *c)
 }
 
 /* A broadcast's chunks going on from here, as events. */
-static void relay_progress(void *ctx, uint64_t upload, const char *to, uint64_t chunks, uint64_t wire, double seconds)
+static void relay_progress(void *ctx, uint64_t upload, const char *to, const struct dmar_relay_sent *sent)
 {
 	struct dmarfs_node *n = ctx;
 	if (!n->server)
 		return;
 	char up[17];
 	snprintf(up, sizeof(up), "%016" PRIx64, upload);
-	json_t *ev = json_pack("{s:s, s:s, s:s, s:s, s:I, s:I, s:f, s:f}", "type", "relay.progress", "node", n->name,
-			       "upload", up, "to", to, "chunks_sent", (json_int_t)chunks, "wire_bytes", (json_int_t)wire,
-			       "seconds", seconds, "wire_MBps", seconds > 0 ? wire / seconds / 1e6 : 0.0);
+	double s = sent->seconds;
+	json_t *ev = json_pack("{s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:f, s:f}", "type", "relay.progress", "node",
+			       n->name, "upload", up, "to", to, "chunks_sent", (json_int_t)sent->chunks, "chunk_bytes",
+			       (json_int_t)sent->chunk_bytes, "wire_bytes", (json_int_t)sent->wire_bytes, "seconds", s,
+			       "wire_MBps", s > 0 ? sent->wire_bytes / s / 1e6 : 0.0);
 	if (ev)
 		dmar_server_event(n->server, ev);
 }

@@ -150,8 +150,7 @@ out:
 #define RELAY_WAIT_MS 2
 
 struct fwd {
-	uint64_t wire, chunks;
-	double seconds;
+	struct dmar_relay_sent sent;
 	int err;
 	char msg[sizeof(((struct dmar_error *)0)->msg)];
 };
@@ -213,9 +212,10 @@ static void forward(struct session *s, const struct dmar_id *ids, const uint32_t
 			struct dmar_push_opts o = { .upload = s->upload, .relay = rest };
 			struct dmar_xfer_stats st = { 0 };
 			r = dmar_client_send(cl, ids, lens, n, s->rl->cfg.src, &o, &st, &e);
-			f->wire += st.wire_bytes;
-			f->chunks += st.sent_chunks;
-			f->seconds += st.seconds;
+			f->sent.wire_bytes += st.wire_bytes;
+			f->sent.chunks += st.sent_chunks;
+			f->sent.chunk_bytes += st.chunk_bytes;
+			f->sent.seconds += st.seconds;
 			pthread_mutex_lock(&s->rl->lock);
 			s->rl->chunks += st.sent_chunks;
 			s->rl->wire += st.wire_bytes;
@@ -225,7 +225,7 @@ static void forward(struct session *s, const struct dmar_id *ids, const uint32_t
 		uint64_t t = now_ms();
 		if (cfg->progress && (r < 0 || t - s->told_ms >= 250)) {
 			s->told_ms = t;
-			cfg->progress(cfg->progress_ctx, s->upload, s->hops.name[s->at], f->chunks, f->wire, f->seconds);
+			cfg->progress(cfg->progress_ctx, s->upload, s->hops.name[s->at], &f->sent);
 		}
 		if (r == 0)
 			return;
@@ -445,12 +445,13 @@ json_t *dmar_relay_finish(struct dmar_relay *rl, uint64_t upload)
 	json_t *o = json_object();
 	for (size_t i = 0; o && i < s->hops.n; i++) {
 		struct fwd *f = &s->fw[i];
-		if (!f->chunks && !f->wire && !f->err)
+		if (!f->sent.chunks && !f->sent.wire_bytes && !f->err)
 			continue;
 		if (rl->cfg.progress)
-			rl->cfg.progress(rl->cfg.progress_ctx, upload, s->hops.name[i], f->chunks, f->wire, f->seconds);
-		json_t *h = json_pack("{s:I, s:I, s:f}", "wire_bytes", (json_int_t)f->wire, "chunks_sent",
-				      (json_int_t)f->chunks, "seconds", f->seconds);
+			rl->cfg.progress(rl->cfg.progress_ctx, upload, s->hops.name[i], &f->sent);
+		json_t *h = json_pack("{s:I, s:I, s:I, s:f}", "wire_bytes", (json_int_t)f->sent.wire_bytes,
+				      "chunks_sent", (json_int_t)f->sent.chunks, "chunk_bytes",
+				      (json_int_t)f->sent.chunk_bytes, "seconds", f->sent.seconds);
 		if (h && f->err) {
 			json_object_set_new(h, "errno", json_string(dmar_wire_errno_name(f->err)));
 			json_object_set_new(h, "error", json_string(f->msg));

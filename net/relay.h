@@ -67,6 +67,13 @@ json_t *dmar_chain_failed(const struct dmar_hops *hops, int code, const char *ms
  * chunk dropped meanwhile: that chunk then goes with the commit.
  */
 struct dmar_relay;
+/* What a relay session sent to one node: chunks, their decoded bytes,
+ * HTTP bytes both ways, seconds spent sending. */
+struct dmar_relay_sent {
+	uint64_t chunks, chunk_bytes, wire_bytes;
+	double seconds;
+};
+
 struct dmar_relay_cfg {
 	dmar_peer_fn peer;
 	void *peer_ctx;
@@ -76,8 +83,7 @@ struct dmar_relay_cfg {
 	unsigned idle_seconds;
 	/* Optional: after each batch forwarded (at most four times a second
 	 * per session, and at the end), what the session sent to node so far. */
-	void (*progress)(void *ctx, uint64_t upload, const char *node, uint64_t chunks, uint64_t wire_bytes,
-			 double seconds);
+	void (*progress)(void *ctx, uint64_t upload, const char *node, const struct dmar_relay_sent *sent);
 	void *progress_ctx;
 };
 int dmar_relay_new(struct dmar_relay **out, const struct dmar_relay_cfg *cfg);

@@ -9,7 +9,8 @@
 #     forwarding to c (relay.progress) and the results after it;
 #  2. the same again: nothing but commits crosses any link;
 #  3. a near-duplicate (1 MiB changed): each link carries about the change;
-#  4. c killed mid-broadcast: the cp fails, naming c; b and d have the
+#  4. c killed mid-broadcast: the cp fails, naming c; its progress
+#     showed what reached c (from b's event stream); b and d have the
 #     file; c mounted again has no part of it; the retry succeeds and only
 #     c's copy crosses the wire (from b: a's and d's links stay quiet);
 #  5. POST /v1/transfers on a to "all": the other seven nodes get a's file,
@@ -120,7 +121,9 @@ check "(4) c killed mid-broadcast: the cp fails naming c, b and d get the file, 
 mkprng "$S/f4" $((64 * MiB)) 43
 net_exec a tc qdisc add dev eth0 root tbf rate 200mbit burst 512kb latency 200ms || fail "cannot shape a's eth0"
 snap 4
-(dmar_cp -q "$S/f4" 'b,c,d:f4' 2>"$T/cp4.err"; echo $? >"$T/cp4.rc") &
+# -v: progress lines, the nodes after b's from b's and c's event streams
+# (set -e holds in the subshell: the status is kept through ||)
+(rc=0; dmar_cp -v "$S/f4" 'b,c,d:f4' 2>"$T/cp4.err" || rc=$?; echo "$rc" >"$T/cp4.rc") &
 cp_pid=$!
 CLEANUP_PIDS="${CLEANUP_PIDS:-} $cp_pid"
 k=0
@@ -131,11 +134,15 @@ while [ "$(moved 4 c)" -lt $((8 * MiB)) ]; do
 done
 net_node_kill c
 wait_pid_exit "$cp_pid" 120 || fail "the broadcast still runs 120 s after c died"
-[ "$(cat "$T/cp4.rc")" != 0 ] || fail "the broadcast succeeded with c killed"
+rc=$(cat "$T/cp4.rc") || fail "the broadcast's subshell left no status"
+[ "$rc" -ne 0 ] || fail "the broadcast succeeded with c killed"
 grep -q "1 of 3 nodes failed: c: " "$T/cp4.err" || fail "the failure does not name c: $(cat "$T/cp4.err")"
 grep -q "^dmar: *c: FAILED" "$T/cp4.err" || grep -q "c: FAILED" "$T/cp4.err" ||
 	fail "no per-node line for c: $(cat "$T/cp4.err")"
-say "  $(head -n 1 "$T/cp4.err")"
+grep -q "^  c: got [0-9.]* [KMG]iB / 64.0 MiB ([ 0-9]*%) from b, wire " "$T/cp4.err" ||
+	fail "dmar cp -v showed no progress at c (b's relay.progress): $(cat "$T/cp4.err")"
+say "  $(grep "^  c: got" "$T/cp4.err" | tail -n 1)"
+say "  $(grep "nodes failed" "$T/cp4.err")"
 same f4 "b d"
 net_exec a tc qdisc del dev eth0 root || fail "cannot remove a's tc qdisc"
 net_node_start c "" size=256m
@@ -190,7 +197,7 @@ for n in b c; do
 	net_exec "$n" tc qdisc add dev eth0 root tbf rate 100mbit burst 256kb latency 200ms || fail "cannot shape $n"
 done
 sc=$(net_node_info c server.chunks_served)
-(digest "$D/@b/sw2" >"$T/sw2.dig"; echo $? >"$T/sw2.rc") &
+(rc=0; digest "$D/@b/sw2" >"$T/sw2.dig" || rc=$?; echo "$rc" >"$T/sw2.rc") &
 rd_pid=$!
 CLEANUP_PIDS="${CLEANUP_PIDS:-} $rd_pid"
 k=0
