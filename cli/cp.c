@@ -41,6 +41,7 @@
 #include "net/client.h"
 #include "net/peers.h"
 #include "net/relay.h"
+#include "net/swarm.h"
 #include "net/wire.h"
 
 static const char cp_help[] =
@@ -54,6 +55,9 @@ static const char cp_help[] =
 	"through them, each forwarding to the next as the chunks arrive, so all\n"
 	"of them take about the time of one copy.  Fails when any node did not\n"
 	"get the file, and says which.\n"
+	"SRC NODES:PATH with a local DST pulls from several nodes at once: the\n"
+	"recipe from the first that has the file, each chunk from one of the\n"
+	"nodes (up to 8) that hold it, a node that fails left out.\n"
 	"  -r, --recursive       copy a local directory and everything below it\n"
 	"                        to a node, in batches of many files a request\n"
 	"  -n, --no-clobber      fail if DST exists (default: replace it, as cp does)\n"
@@ -851,6 +855,34 @@ static int sink_put(void *ctx, const struct dmar_wire_chunk *c, const uint8_t *d
 	return 0;
 }
 
+/* A pull from several nodes (NODES:FILE): a swarm of them, the node
+ * that gave the recipe (hop oi, its client origin) first. */
+static size_t swarm_peers(struct cp_bcast *b, size_t oi, struct dmar_client *origin, struct dmar_swarm_peer *sp)
+{
+	size_t np = 0;
+	sp[np++] = (struct dmar_swarm_peer){ .c = origin, .name = b->hops.name[oi] };
+	for (size_t i = 0; i < b->hops.n && np < DMAR_SWARM_PEERS; i++) {
+		struct dmar_client *c = i == oi ? NULL : bcast_peer(b, b->hops.name[i]);
+		if (c)
+			sp[np++] = (struct dmar_swarm_peer){ .c = c, .name = b->hops.name[i] };
+	}
+	return np;
+}
+
+/* What each node of a swarm pull gave: "  c: 673 of 1345 chunks (24.0 MiB)". */
+static void swarm_report(const struct dmar_swarm_peer *sp, size_t np, size_t nids)
+{
+	for (size_t k = 0; k < np; k++) {
+		char h[32];
+		if (sp[k].err)
+			cli_err("  %s: left out: %s (%s)", sp[k].name ? sp[k].name : "?", strerror(-sp[k].err),
+				dmar_wire_errno_name(sp[k].err));
+		else if (cli_verbosity >= 2)
+			fprintf(stderr, "  %s: %" PRIu64 " of %zu chunks (%s)\n", sp[k].name ? sp[k].name : "?",
+				sp[k].chunks, nids, cli_human(sp[k].bytes, h));
+	}
+}
+
 static int cp_pull(struct endpoint *s, struct endpoint *d, bool noreplace)
 {
 	char where[600];
@@ -881,7 +913,16 @@ static int cp_pull(struct endpoint *s, struct endpoint *d, bool noreplace)
 	struct dmar_error err = { 0 };
 	struct dmar_recipe r;
 	double t0 = cli_now();
+	struct dmar_client *origin = s->c;
+	size_t oi = 0;
 	int ret = dmar_client_recipe(s->c, s->path, &r, &err);
+	/* several nodes: the recipe from the first that has the file */
+	for (size_t i = 1; ret < 0 && s->bcast && i < s->bcast->hops.n; i++) {
+		struct dmar_client *c = bcast_peer(s->bcast, s->bcast->hops.name[i]);
+		struct dmar_error e = { 0 };
+		if (c && dmar_client_recipe(c, s->path, &r, &e) == 0)
+			ret = 0, origin = c, oi = i;
+	}
 	if (ret < 0) {
 		report(where, ret, &err);
 		goto out;
@@ -940,9 +981,15 @@ static int cp_pull(struct endpoint *s, struct endpoint *d, bool noreplace)
 	struct dmar_chunk_sink sink = { .put = sink_put, .ctx = &ld };
 	struct dmar_xfer_stats xs = { 0 };
 	ret = 0;
-	if (nids)
+	struct dmar_swarm_peer sp[DMAR_SWARM_PEERS];
+	size_t np = s->bcast ? swarm_peers(s->bcast, oi, origin, sp) : 0;
+	if (nids && np)
+		ret = dmar_swarm_pull(sp, np, ids, nids, &sink, on_progress, &pr, &xs, &err);
+	else if (nids)
 		ret = dmar_client_pull(s->c, ids, nids, &sink, on_progress, &pr, &xs, &err);
 	progress_end(&pr);
+	if (np)
+		swarm_report(sp, np, nids);
 	if (ret == 0 && ld.chunks_got != nids) {
 		ret = dmar_error_set(&err, -EIO, "the node sent %" PRIu64 " of %zu chunks", ld.chunks_got, nids);
 	}
@@ -1097,8 +1144,11 @@ int cmd_cp(int argc, char **argv)
 		if (!e->node)
 			continue;
 		if (names_many(e->node) && !dmar_peers_find(net.peers, e->node)) {
-			if (e == &s || s.node) {
-				status = cli_usage("%s: several nodes can only be a destination, of a local file", e->arg);
+			/* to several: a broadcast of a local file; from several:
+			 * a swarm pull to a local file */
+			if (s.node && d.node) {
+				status = cli_usage("%s: several nodes are a source or a destination of a local file",
+						   e->arg);
 				goto out;
 			}
 			if (bcast_open(e, &net) < 0)

@@ -706,7 +706,7 @@ static int load(struct dmarfs *fs, struct rinode *ri, struct dmar_error *err)
 		if (u && bytes >= SWARM_MIN_BYTES) {
 			struct dmar_swarm_peer sp[DMAR_SWARM_PEERS];
 			size_t np = dmarfs_node_swarm(fs->remote->node, ri->peer, ri->cl, sp);
-			r = dmar_swarm_pull(sp, np, want.ids, u, &sink, NULL, err);
+			r = dmar_swarm_pull(sp, np, want.ids, u, &sink, NULL, NULL, NULL, err);
 		} else if (u) {
 			r = dmar_client_pull(ri->cl, want.ids, u, &sink, NULL, NULL, NULL, err);
 		}

@@ -27,6 +27,10 @@ struct swarm {
 	atomic_int sink_err; /* the sink refused a chunk: the pull stops */
 	pthread_mutex_t lock;
 	struct dmar_xfer_stats st; /* the pulls' figures, added up under lock */
+	struct dmar_xfer_stats live[DMAR_SWARM_PEERS]; /* each running pull's so far */
+	dmar_xfer_progress_fn progress;
+	void *prctx;
+	double t0;
 };
 
 /* One peer's part of a round. */
@@ -59,24 +63,58 @@ static int part_put(void *ctx, const struct dmar_wire_chunk *c, const uint8_t *d
 	return 0;
 }
 
-static void add_stats(struct swarm *w, const struct dmar_xfer_stats *s)
+static void add(struct dmar_xfer_stats *to, const struct dmar_xfer_stats *s)
 {
+	to->sent_chunks += s->sent_chunks;
+	to->chunk_bytes += s->chunk_bytes;
+	to->wire_bytes += s->wire_bytes;
+	to->requests += s->requests;
+	to->connects += s->connects;
+}
+
+static double now_s(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+/* The whole pull's figures so far, with w->lock held. */
+static struct dmar_xfer_stats sum(const struct swarm *w)
+{
+	struct dmar_xfer_stats t = w->st;
+	for (size_t k = 0; k < w->np; k++)
+		add(&t, &w->live[k]);
+	t.chunks = w->set.n;
+	t.logical = t.chunk_bytes;
+	t.seconds = now_s() - w->t0;
+	return t;
+}
+
+/* A peer's pull reports its progress: the swarm's caller sees the sum. */
+static void part_progress(void *ctx, const struct dmar_xfer_stats *st)
+{
+	struct part *pt = ctx;
+	struct swarm *w = pt->w;
 	pthread_mutex_lock(&w->lock);
-	w->st.sent_chunks += s->sent_chunks;
-	w->st.chunk_bytes += s->chunk_bytes;
-	w->st.wire_bytes += s->wire_bytes;
-	w->st.requests += s->requests;
-	w->st.connects += s->connects;
+	w->live[pt->k] = *st;
+	struct dmar_xfer_stats t = sum(w);
+	w->progress(w->prctx, &t);
 	pthread_mutex_unlock(&w->lock);
 }
 
 static void *part_run(void *arg)
 {
 	struct part *pt = arg;
+	struct swarm *w = pt->w;
 	struct dmar_chunk_sink sink = { .put = part_put, .ctx = pt };
 	struct dmar_xfer_stats st = { 0 };
-	pt->r = dmar_client_pull(pt->w->p[pt->k].c, pt->ids, pt->n, &sink, NULL, NULL, &st, &pt->err);
-	add_stats(pt->w, &st);
+	pt->r = dmar_client_pull(w->p[pt->k].c, pt->ids, pt->n, &sink, w->progress ? part_progress : NULL, pt, &st,
+				 &pt->err);
+	pthread_mutex_lock(&w->lock);
+	add(&w->st, &st);
+	memset(&w->live[pt->k], 0, sizeof(w->live[pt->k]));
+	pthread_mutex_unlock(&w->lock);
 	return NULL;
 }
 
@@ -122,13 +160,6 @@ static int ask_all(struct swarm *w)
 		free(a[k].missing);
 	}
 	return r;
-}
-
-static double now_s(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
 }
 
 /* One round: every chunk not yet in goes to its least loaded live holder,
@@ -192,12 +223,12 @@ static int round_run(struct swarm *w, struct dmar_error *err)
 }
 
 int dmar_swarm_pull(struct dmar_swarm_peer *p, size_t np, const struct dmar_id *ids, size_t n,
-		    const struct dmar_chunk_sink *sink, struct dmar_xfer_stats *st, struct dmar_error *err)
+		    const struct dmar_chunk_sink *sink, dmar_xfer_progress_fn progress, void *prctx,
+		    struct dmar_xfer_stats *st, struct dmar_error *err)
 {
 	if (np > DMAR_SWARM_PEERS)
 		np = DMAR_SWARM_PEERS;
-	struct swarm w = { .p = p, .np = np, .sink = sink };
-	double t0 = now_s();
+	struct swarm w = { .p = p, .np = np, .sink = sink, .progress = progress, .prctx = prctx, .t0 = now_s() };
 	pthread_mutex_init(&w.lock, NULL);
 	for (size_t k = 0; k < np; k++) {
 		p[k].chunks = p[k].bytes = 0;
@@ -228,12 +259,8 @@ int dmar_swarm_pull(struct dmar_swarm_peer *p, size_t np, const struct dmar_id *
 						   strerror(-(p[0].err ? p[0].err : EIO)));
 				break;
 			}
-	if (st) {
-		*st = w.st;
-		st->chunks = w.set.n;
-		st->logical = w.st.chunk_bytes;
-		st->seconds = now_s() - t0;
-	}
+	if (st)
+		*st = sum(&w);
 	free(w.holds);
 	free(w.got);
 	dmar_idset_free(&w.set);

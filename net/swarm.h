@@ -33,13 +33,15 @@ struct dmar_swarm_peer {
 
 /*
  * Fetch ids[0..n) (duplicates are fetched once) into sink from peers
- * p[0..np) (np <= DMAR_SWARM_PEERS; p[0] the file's own node).  st (may
- * be NULL): the figures of the whole pull, requests and wire bytes of
- * every peer.  Returns 0, or -ENOENT (err names a chunk no peer left
+ * p[0..np) (np <= DMAR_SWARM_PEERS; p[0] the file's own node).  progress
+ * (may be NULL): the whole pull's figures so far, from the pulls'
+ * threads, one at a time.  st (may be NULL): the figures of the whole
+ * pull, requests and wire bytes of every peer.  Returns 0, or -ENOENT (err names a chunk no peer left
  * holds), the sink's error, or -ENOMEM.  The peers' own failures are in
  * p[i].err; they fail the pull only when they leave a chunk with nobody.
  */
 int dmar_swarm_pull(struct dmar_swarm_peer *p, size_t np, const struct dmar_id *ids, size_t n,
-		    const struct dmar_chunk_sink *sink, struct dmar_xfer_stats *st, struct dmar_error *err);
+		    const struct dmar_chunk_sink *sink, dmar_xfer_progress_fn progress, void *prctx,
+		    struct dmar_xfer_stats *st, struct dmar_error *err);
 
 #endif /* DMAR_SWARM_H */

@@ -16,6 +16,7 @@
 #  5. POST /v1/transfers on a to "all": the other seven nodes get a's file,
 #     the answer has one ok result per node; a file held by b and c read
 #     at d through d/@b/ comes from both (their chunks_served counters),
+#     and so does dmar cp 'e,b,c:FILE' (e lacks it) to a local file,
 #     and with c killed mid-read the read completes from b;
 #  6. a's @all/: mkdir, cp, rm and rmdir there happen at the seven others;
 #     with h dead, the cp fails, a's log names h, the six others have the
@@ -189,6 +190,20 @@ sb=$(net_node_info b server.chunks_served) sc=$(net_node_info c server.chunks_se
 db=$(( $(net_node_info b server.chunks_served) - sb )) dc=$(( $(net_node_info c server.chunks_served) - sc ))
 say "  d pulled $db chunks from b, $dc from c"
 [ "$db" -gt 100 ] && [ "$dc" -gt 100 ] || fail "d pulled $db chunks from b and $dc from c, not from both"
+
+check "(5) dmar cp 'e,b,c:sw' to a local file: the recipe from b (e lacks it), chunks from b and c"
+sb=$(net_node_info b server.chunks_served) sc=$(net_node_info c server.chunks_served)
+dmar_cp -v 'e,b,c:sw' "$T/sw.pulled" 2>"$T/swcp.err" || fail "the swarm pull failed: $(cat "$T/swcp.err")"
+[ "$(digest "$T/sw.pulled")" = "$(digest "$S/sw")" ] || fail "the swarm pull's file differs from the source"
+db=$(( $(net_node_info b server.chunks_served) - sb )) dc=$(( $(net_node_info c server.chunks_served) - sc ))
+say "  dmar cp pulled $db chunks from b, $dc from c"
+[ "$db" -gt 100 ] && [ "$dc" -gt 100 ] || fail "dmar cp pulled $db chunks from b and $dc from c, not from both"
+for n in b c; do
+	grep -q "^  $n: [1-9][0-9]* of [0-9]* chunks" "$T/swcp.err" ||
+		fail "dmar cp -v has no line for what $n gave: $(cat "$T/swcp.err")"
+done
+grep -q "^  e: 0 of" "$T/swcp.err" || fail "e, which holds none of it, gave chunks: $(cat "$T/swcp.err")"
+rm -f "$T/sw.pulled"
 
 check "(5) the same with c killed mid-read: the read completes from b"
 mkprng "$S/sw2" $((64 * MiB)) 45

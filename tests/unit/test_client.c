@@ -1542,9 +1542,25 @@ static void test_pull(void **state)
 	dmar_client_free(c);
 }
 
+/* A swarm pull's progress: the sum over its peers never goes back. */
+struct swarm_seen {
+	unsigned calls;
+	uint64_t bytes;
+	bool backwards;
+};
+
+static void swarm_progress(void *ctx, const struct dmar_xfer_stats *st)
+{
+	struct swarm_seen *s = ctx;
+	if (st->chunk_bytes < s->bytes)
+		s->backwards = true;
+	s->bytes = st->chunk_bytes;
+	s->calls++;
+}
+
 /* A swarm of three: b and c (the same fake, two clients) hold every
- * chunk and share the pull; x cannot be reached and is left out; a
- * chunk nobody holds fails the pull, naming it. */
+ * chunk and share the pull, its progress their sum; x cannot be reached
+ * and is left out; a chunk nobody holds fails the pull, naming it. */
 static void test_swarm_pull(void **state)
 {
 	(void)state;
@@ -1564,7 +1580,11 @@ static void test_swarm_pull(void **state)
 	struct dmar_chunk_sink sink = { sink_put, &s };
 	struct dmar_xfer_stats st;
 	struct dmar_error err = { 0 };
-	assert_int_equal(dmar_swarm_pull(sp, 3, ids, f.chunks.n, &sink, &st, &err), 0);
+	struct swarm_seen seen = { 0 };
+	assert_int_equal(dmar_swarm_pull(sp, 3, ids, f.chunks.n, &sink, swarm_progress, &seen, &st, &err), 0);
+	assert_true(seen.calls >= 2); /* a batch of each of b and c at least */
+	assert_false(seen.backwards);
+	assert_true(seen.bytes <= tfile_bytes(&f));
 	assert_int_equal(s.puts, 300);
 	assert_int_equal(sp[0].chunks + sp[2].chunks, 300);
 	assert_true(sp[0].chunks >= 100 && sp[2].chunks >= 100); /* shared, about evenly */
@@ -1579,7 +1599,8 @@ static void test_swarm_pull(void **state)
 	/* one chunk held by nobody */
 	memset(&ids[f.chunks.n], 0x5a, sizeof(ids[0]));
 	memset(&err, 0, sizeof(err));
-	assert_int_equal(dmar_swarm_pull(sp, 3, ids, f.chunks.n + 1, &sink, NULL, &err), -ENOENT);
+	assert_int_equal(dmar_swarm_pull(sp, 3, ids, f.chunks.n + 1, &sink, NULL, NULL, NULL, &err),
+			 -ENOENT);
 	assert_non_null(strstr(err.msg, "chunk 5a5a5a5a5a5a5a5a...: no peer left that holds it"));
 	for (int k = 0; k < 3; k++)
 		dmar_client_free(sp[k].c);
