@@ -44,7 +44,8 @@
 #define HUGE_2M (2u << 20)
 
 /* Orders below this one can be allocated (MAX_ORDER became inclusive in
- * 6.4, and MAX_PAGE_ORDER in 6.8). */
+ * 6.4, and MAX_PAGE_ORDER in 6.8).
+ */
 #if defined(MAX_PAGE_ORDER)
 #define ORDER_LIMIT (MAX_PAGE_ORDER + 1)
 #elif LINUX_VERSION_CODE >= KERNEL_VERSION(6, 4, 0)
@@ -459,7 +460,8 @@ static void vma_dont_copy(struct vm_area_struct *vma)
 }
 
 /* Map pages [first, first + n) of a into vma, whose vm_pgoff is relative
- * to first. */
+ * to first.
+ */
 static int map_range(struct arena *a, struct vm_area_struct *vma, unsigned long first, unsigned long n)
 {
 	unsigned long len = vma->vm_end - vma->vm_start;
@@ -667,7 +669,8 @@ static int arena_export(struct afile *f, struct dmar_arena_export *e)
 /* The caller's argument at arg into out (size bytes): 0, -EFAULT,
  * -EINVAL (its struct_size is smaller than version 1's: every field is
  * needed), -E2BIG (bytes beyond ours that are not zero: a later version's
- * fields this module does not know). */
+ * fields this module does not know).
+ */
 static int copy_arg(void *out, size_t size, unsigned long arg)
 {
 	u32 n;
@@ -786,7 +789,8 @@ static void __exit dmar_arena_exit(void)
 	misc_deregister(&dev);
 	/* No file is open (the module is held while one is): what is left
 	 * is kept arenas, each held by the registry alone, or by mappings
-	 * and dma-bufs, which hold the module too. */
+	 * and dma-bufs, which hold the module too.
+	 */
 	mutex_lock(&arenas_lock);
 	list_for_each_entry_safe(a, t, &arenas, node) {
 		list_del_init(&a->node);

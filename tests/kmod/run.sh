@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: MIT
 #
 # tests/kmod/run.sh - the dmar_arena kernel module (kmod/), built against
-# Debian's linux-headers-amd64 with -Werror and sparse, then loaded in a
+# Debian's linux-headers-amd64 with -Werror and sparse, checked by
+# checkpatch.pl (from linux-source), then loaded in a
 # guest: Debian's linux-image-amd64 under qemu-system-x86_64 (TCG: this
 # machine has no KVM and its own kernel loads no modules), booted with a
 # small initramfs of busybox-static, the module, vgem (and the drm modules
@@ -58,6 +59,26 @@ env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -C "$T/kmod" KDIR="/lib/modules/$KV
 }
 if grep -E "warning:|error:" "$T/build.log"; then
 	fail "the module's build (or sparse) has warnings"
+fi
+# checkpatch.pl: Debian ships it only inside the kernel's source tarball
+# (linux-source); three files of it are enough.  LINUX_VERSION_CODE tests
+# (and their constant comparisons) stay: an out-of-tree module builds
+# against more than one kernel.
+SRC_TAR=$(ls /usr/src/linux-source-*.tar.xz 2>/dev/null | tail -n 1)
+if [ -n "$SRC_TAR" ] && command -v perl >/dev/null; then
+	top=$(basename "$SRC_TAR" .tar.xz)
+	xz -dc "$SRC_TAR" | tar -x -C "$T" "$top/scripts/checkpatch.pl" "$top/scripts/spelling.txt" \
+		"$top/scripts/const_structs.checkpatch" || fail "cannot take checkpatch.pl from $SRC_TAR"
+	perl "$T/$top/scripts/checkpatch.pl" --no-tree --terse --show-types \
+		--ignore LINUX_VERSION_CODE,CONSTANT_COMPARISON \
+		-f "$top_srcdir/kmod/dmar_arena.c" "$top_srcdir/kmod/include/uapi/dmar_arena.h" >"$T/checkpatch.log" 2>&1 ||
+		{ cat "$T/checkpatch.log"; fail "checkpatch.pl finds style problems in kmod/"; }
+	if grep -E "(WARNING|ERROR|CHECK):" "$T/checkpatch.log"; then
+		fail "checkpatch.pl warns about kmod/"
+	fi
+	echo "checkpatch.pl ($top): kmod/ clean"
+else
+	echo "note: no /usr/src/linux-source-*.tar.xz (linux-source): checkpatch.pl not run"
 fi
 gcc -static -O2 -Wall -Wextra -Werror -I "$top_srcdir" "$top_srcdir/tests/kmod/arena_test.c" -o "$T/arena_test" ||
 	fail "arena_test does not build"

@@ -26,10 +26,12 @@
 /* Flags of an arena. */
 #define DMAR_ARENA_KEEP (1u << 0)   /* stays after its last user closes, until DESTROY */
 #define DMAR_ARENA_CONTIG (1u << 1) /* one physically contiguous block (sizes up to the
-				     * page allocator's largest order) */
+				     * page allocator's largest order)
+				     */
 #define DMAR_ARENA_EXCL (1u << 2)   /* CREATE, ATTACH: this file is the arena's only
 				     * binding until it closes (EBUSY otherwise), as one
-				     * mount of an arena at a time needs */
+				     * mount of an arena at a time needs
+				     */
 #define DMAR_ARENA_FLAGS_ALL (DMAR_ARENA_KEEP | DMAR_ARENA_CONTIG | DMAR_ARENA_EXCL)
 
 struct dmar_arena_create {
@@ -43,10 +45,11 @@ struct dmar_arena_create {
 };
 
 /* ATTACH (flags: DMAR_ARENA_EXCL or 0) and DESTROY (flags 0) name an
- * arena; RENAME gives the arena this file is bound to the name name
+ * arena; RENAME gives the arena this file is bound to the name in name
  * (EEXIST if taken), and with flags DMAR_ARENA_KEEP makes it kept: a new
  * arena made under a temporary name, without KEEP (so that it goes if its
- * maker dies first), is given its real name and kept once valid. */
+ * maker dies first), is given its real name and kept once valid.
+ */
 struct dmar_arena_name {
 	__u32 struct_size;
 	__u32 flags;
