@@ -241,7 +241,6 @@ struct cp_progress {
 	bool pushing;         /* done = chunk bytes uploaded */
 	struct dmar_xfer_stats st;  /* the latest the engine reported */
 	struct bcast_follow *bf;    /* a broadcast's nodes after the first, or NULL */
-	unsigned lines;             /* drawn below the first line (a terminal's) */
 };
 
 static void bcast_draw(struct cp_progress *p);
@@ -382,7 +381,6 @@ static void bcast_draw(struct cp_progress *p)
 	}
 	if (p->tty && lines)
 		fprintf(stderr, "\033[%uA", lines); /* back up to the first line */
-	p->lines = lines;
 }
 
 /* Follow the relaying nodes of hops for upload (progress p on). */

@@ -391,7 +391,7 @@ static int group_teardown(void **state)
 	return system(cmd) == 0 ? 0 : -1;
 }
 
-/* b's file at path: its bytes (malloc'd, *len), or NULL when absent. */
+/* b's file at path: its bytes (malloc'd, *len unless len is NULL), or NULL when absent. */
 static uint8_t *b_file(struct node *b, const char *path, size_t *len)
 {
 	struct inode *i = NULL;
@@ -416,8 +416,20 @@ static uint8_t *b_file(struct node *b, const char *path, size_t *len)
 	pthread_rwlock_unlock(&i->lock);
 	ns_forget(b->fs, i, 1);
 	free(scratch);
-	*len = n;
+	if (len)
+		*len = n;
 	return out;
+}
+
+/* b holds path with exactly data[0..len). */
+static void b_has(struct node *b, const char *path, const void *data, size_t len)
+{
+	size_t got;
+	uint8_t *at_b = b_file(b, path, &got);
+	assert_non_null(at_b);
+	assert_int_equal(got, len);
+	assert_memory_equal(at_b, data, len);
+	free(at_b);
 }
 
 /* ---- tests ------------------------------------------------------------ */
@@ -454,12 +466,7 @@ static void test_ship(void **state)
 	uint64_t fh, ino = kcreate(&p->k, p->at_b, "x", &fh);
 	assert_int_equal(kwrite_all(&p->k, ino, fh, data, len), 0);
 	assert_int_equal(kclose(&p->k, ino, fh), 0);
-	size_t got;
-	uint8_t *at_b = b_file(&p->b, "x", &got);
-	assert_non_null(at_b);
-	assert_int_equal(got, len);
-	assert_memory_equal(at_b, data, len);
-	free(at_b);
+	b_has(&p->b, "x", data, len);
 	/* Listed there, and read back through a's @b from the copy. */
 	char names[512];
 	klist(&p->k, p->at_b, names, sizeof(names));
@@ -490,8 +497,7 @@ static void test_ship_enospc(void **state)
 	uint64_t fh, ino = kcreate(&p->k, p->at_b, "big", &fh);
 	assert_int_equal(kwrite_all(&p->k, ino, fh, data, len), 0);
 	assert_int_equal(kclose(&p->k, ino, fh), -ENOSPC);
-	size_t got;
-	assert_null(b_file(&p->b, "big", &got));
+	assert_null(b_file(&p->b, "big", NULL));
 	assert_true(dmar_arena_used(p->b.a) < used0 + (1u << 20));
 	kforget(&p->k, ino);
 	free(data);
@@ -510,8 +516,7 @@ static void test_peer_down(void **state)
 	uint64_t fh, ino = kcreate(&p->k, p->at_b, "y", &fh);
 	assert_int_equal(kwrite_all(&p->k, ino, fh, data, sizeof(data)), 0);
 	assert_int_equal(kclose(&p->k, ino, fh), -EIO);
-	size_t got;
-	assert_null(b_file(&p->b, "y", &got));
+	assert_null(b_file(&p->b, "y", NULL));
 	/* And asking b anything is EIO too. */
 	klookup(&p->k, p->at_b, "other", -EIO);
 	kforget(&p->k, ino);
@@ -542,15 +547,10 @@ static void test_group(void **state)
 	uint64_t fh, f = kcreate(&p->k, e.nodeid, "f", &fh);
 	assert_int_equal(kwrite_all(&p->k, f, fh, data, sizeof(data)), 0);
 	assert_int_equal(kclose(&p->k, f, fh), 0);
-	size_t got;
-	uint8_t *b = b_file(&p->b, "g/f", &got);
-	assert_non_null(b);
-	assert_int_equal(got, sizeof(data));
-	assert_memory_equal(b, data, sizeof(data));
-	free(b);
+	b_has(&p->b, "g/f", data, sizeof(data));
 	kforget(&p->k, f);
 	assert_int_equal(KCALL(&p->k, NULL, FUSE_UNLINK, e.nodeid, "f", (size_t)2), 0);
-	assert_null(b_file(&p->b, "g/f", &got));
+	assert_null(b_file(&p->b, "g/f", NULL));
 	assert_int_equal(KCALL(&p->k, NULL, FUSE_UNLINK, e.nodeid, "f", (size_t)2), -ENOENT);
 	assert_int_equal(KCALL(&p->k, NULL, FUSE_RMDIR, all, "g", (size_t)2), 0);
 	struct inode *i = NULL;
@@ -577,15 +577,10 @@ static void test_names(void **state)
 	uint64_t fh, f = kcreate(&p->k, e.nodeid, "f", &fh);
 	assert_int_equal(kwrite_all(&p->k, f, fh, (const uint8_t *)"hello\n", 6), 0);
 	assert_int_equal(kclose(&p->k, f, fh), 0);
-	size_t got;
-	uint8_t *b = b_file(&p->b, "d/f", &got);
-	assert_non_null(b);
-	assert_int_equal(got, 6);
-	assert_memory_equal(b, "hello\n", 6);
-	free(b);
+	b_has(&p->b, "d/f", "hello\n", 6);
 	assert_int_equal(KCALL(&p->k, NULL, FUSE_RMDIR, p->at_b, "d", (size_t)2), -ENOTEMPTY);
 	assert_int_equal(KCALL(&p->k, NULL, FUSE_UNLINK, e.nodeid, "f", (size_t)2), 0);
-	assert_null(b_file(&p->b, "d/f", &got));
+	assert_null(b_file(&p->b, "d/f", NULL));
 	assert_int_equal(KCALL(&p->k, NULL, FUSE_RMDIR, p->at_b, "d", (size_t)2), 0);
 	assert_int_equal(ns_walk(p->b.fs, "d", &i), -ENOENT);
 	/* A symlink under @b: made at b by a tree commit, and read back. */
@@ -690,16 +685,8 @@ static void test_tree(void **state)
 	int want[10] = { 0, 0, 0, 0, 0, -ENOENT, -ENODATA, 0, -EEXIST, -EEXIST };
 	assert_memory_equal(status, want, sizeof(want));
 	assert_non_null(strstr(err.msg, "nodir/x"));
-	size_t got;
-	uint8_t *x = b_file(&p->b, "t/one", &got);
-	assert_non_null(x);
-	assert_int_equal(got, sizeof(d1));
-	assert_memory_equal(x, d1, sizeof(d1));
-	free(x);
-	assert_non_null(x = b_file(&p->b, "t/sub/two", &got));
-	assert_int_equal(got, sizeof(d2));
-	assert_memory_equal(x, d2, sizeof(d2));
-	free(x);
+	b_has(&p->b, "t/one", d1, sizeof(d1));
+	b_has(&p->b, "t/sub/two", d2, sizeof(d2));
 	struct inode *i;
 	assert_int_equal(ns_walk(p->b.fs, "t/link", &i), 0);
 	assert_true(S_ISLNK(i->mode));
@@ -761,17 +748,12 @@ static void test_small_ship(void **state)
 	assert_int_equal(kwrite_all(&p->k, ino, fh, data, sizeof(data)), 0);
 	assert_int_equal(kclose(&p->k, ino, fh), 0);
 	assert_int_equal(b_requests(p) - q0, 2); /* the commit and the info */
-	size_t got;
-	uint8_t *x = b_file(&p->b, "s", &got);
-	assert_non_null(x);
-	assert_int_equal(got, sizeof(data));
-	assert_memory_equal(x, data, sizeof(data));
-	free(x);
+	b_has(&p->b, "s", data, sizeof(data));
 	/* rm of it: one request (the kernel's lookup just said what it is). */
 	q0 = b_requests(p);
 	assert_int_equal(KCALL(&p->k, NULL, FUSE_UNLINK, p->at_b, "s", (size_t)2), 0);
 	assert_int_equal(b_requests(p) - q0, 2); /* the DELETE and the info */
-	assert_null(b_file(&p->b, "s", &got));
+	assert_null(b_file(&p->b, "s", NULL));
 	kforget(&p->k, ino);
 	assert_adds_up(&p->a);
 	assert_adds_up(&p->b);
