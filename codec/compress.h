@@ -15,6 +15,10 @@
  *   - keep the frame only where dmar_compress_pays: it saves at least 1/32
  *     of the raw bytes.  Raw bytes are read in place or copied; a frame
  *     must be decoded, which a smaller gain does not pay for.
+ * Chunks on the wire may also go byte-grouped (codec/bgroup.h: tensors of
+ * 16- and 32-bit floats): the frame is then zstd over the grouped form,
+ * one zstd block per plane, and dmar_compress_choose says which form a
+ * chunk's samples favour.
  */
 #ifndef DMAR_COMPRESS_H
 #define DMAR_COMPRESS_H
@@ -51,12 +55,71 @@ static inline bool dmar_compress_pays(size_t raw, size_t z)
  */
 bool dmar_compress_probe(struct ZSTD_CCtx_s *probe, const void *p, size_t len);
 
+/* The forms a chunk frame takes; a grouped form's value is its width. */
+enum dmar_zx {
+	DMAR_ZX_RAW = 0,   /* not worth a frame: keep the bytes as they are */
+	DMAR_ZX_PLAIN = 1, /* zstd over the bytes */
+	DMAR_ZX_G2 = 2,    /* zstd over the bytes grouped at width 2 (bf16, fp16) */
+	DMAR_ZX_G4 = 4,    /* ... at width 4 (fp32) */
+};
+
+/*
+ * dmar_compress_probe's judgment with the grouped forms as candidates:
+ * the form whose sampled frame is smallest, if that saves 1/16.  Bytes
+ * that zstd shrinks by a third as they are (text, code, tables) are not
+ * tried grouped: grouping helps only bytes that just entropy coding
+ * shrinks, and sparing those the two extra probes keeps the common case
+ * as cheap as before.  A grouped form must beat the plain one by 1/32 of
+ * the samples, else the transform costs both sides for nothing.  With
+ * grouped_only, the plain form was already judged not to pay (a store
+ * that compresses kept the chunk raw) and only grouped forms compete.
+ */
+enum dmar_zx dmar_compress_choose(struct ZSTD_CCtx_s *probe, const void *p, size_t len, bool grouped_only);
+
+/*
+ * Decode a chunk frame of form zx (not DMAR_ZX_RAW) into dst, which has
+ * room for len bytes; a grouped form needs tmp, len more bytes.  Returns
+ * the decoded length, or a zstd error code (ZSTD_isError; ZSTD_getErrorName
+ * says what).  dctx is the caller's, reset here for magicless frames.
+ */
+struct ZSTD_DCtx_s;
+size_t dmar_chunk_frame_decode(struct ZSTD_DCtx_s *dctx, void *dst, size_t len, const void *src, size_t stored,
+			       enum dmar_zx zx, void *tmp);
+
 /*
  * Set c to write chunk frames at level (< 1: 1), over pack's dictionary
  * when pack is not NULL.  0, or -ENOMEM (the pack's dictionary could not
  * be prepared).
  */
 int dmar_compress_setup(struct ZSTD_CCtx_s *c, int level, struct dmar_bytepack *pack);
+
+/*
+ * The link meter: whether compressing pays on this link, for this data.
+ * Compressing a batch costs its bytes / the rate a stream compresses at,
+ * and saves the bytes it removes / the rate a stream sends at; it pays
+ * when send rate < saved fraction x compress rate.  A 1 Gbit/s link with
+ * cores to spare compresses; a 20 Gbit/s veth on 2 shared cores does not
+ * (there zstd level 1, at ~0.5 GB/s a core, is slower than the wire).
+ * Both rates are per stream and in wall time, so the share of the link
+ * and of the cores that the other streams take is in them.  Until both
+ * are measured it says compress (a compressed batch measures both); while
+ * it says raw, every DMAR_ZMETER_REFRESH-th batch compresses anyway, so a
+ * change of data or of load is seen.  Plain struct: callers share one
+ * across threads under their own lock.
+ */
+#define DMAR_ZMETER_REFRESH 8
+struct dmar_zmeter {
+	double send_bps; /* wire bytes a second a stream sends, moving average; 0 until measured */
+	double z_bps;    /* bytes a second a stream probes and compresses */
+	double z_save;   /* the fraction of them compressing removed */
+	unsigned raw_run; /* batches judged raw since the last compressed one */
+};
+/* A batch of wire bytes went out in seconds (the request's time). */
+void dmar_zmeter_sent(struct dmar_zmeter *m, uint64_t wire, double seconds);
+/* A batch of in bytes was probed and compressed to out bytes in seconds. */
+void dmar_zmeter_compressed(struct dmar_zmeter *m, uint64_t in, uint64_t out, double seconds);
+/* Whether the next batch should be compressed. */
+bool dmar_zmeter_compress(struct dmar_zmeter *m);
 
 /*
  * A chunk compressor: a chunk-frame context and a probe context, for one
@@ -76,5 +139,11 @@ const struct dmar_bytepack *dmar_zchunk_pack(const struct dmar_zchunk *z);
  * callers that probe call dmar_zchunk_probe first.
  */
 size_t dmar_zchunk_compress(struct dmar_zchunk *z, void *dst, size_t cap, const void *src, size_t len);
+/* The same in form zx (DMAR_ZX_PLAIN is dmar_zchunk_compress).  A grouped
+ * form is staged in z's own buffer (grown to len; 0 when that fails). */
+size_t dmar_zchunk_compress_as(struct dmar_zchunk *z, void *dst, size_t cap, const void *src, size_t len,
+			       enum dmar_zx zx);
+/* dmar_compress_choose with z's probe context. */
+enum dmar_zx dmar_zchunk_choose(struct dmar_zchunk *z, const void *p, size_t len, bool grouped_only);
 
 #endif /* DMAR_COMPRESS_H */

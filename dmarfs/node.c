@@ -1052,9 +1052,11 @@ static int op_transfer(void *ctx, const char *path, const char *to, const char *
 	if (r < 0)
 		return r;
 	double s = st.seconds > 0 ? st.seconds : 1e-9;
-	*out = json_pack("{s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:f, s:f}", "path", path, "to", to,
-			 "dest", dest, "logical_bytes", (json_int_t)st.logical, "wire_bytes", (json_int_t)st.wire_bytes,
-			 "chunks", (json_int_t)st.chunks, "chunks_sent", (json_int_t)st.sent_chunks, "round_trips",
+	*out = json_pack("{s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:f, s:f}", "path", path,
+			 "to", to, "dest", dest, "logical_bytes", (json_int_t)st.logical, "wire_bytes",
+			 (json_int_t)st.wire_bytes, "chunks", (json_int_t)st.chunks, "chunks_sent",
+			 (json_int_t)st.sent_chunks, "chunk_bytes", (json_int_t)st.chunk_bytes, "zchunk_bytes",
+			 (json_int_t)st.zchunk_bytes, "round_trips",
 			 (json_int_t)st.round_trips, "requests", (json_int_t)st.requests, "connects",
 			 (json_int_t)st.connects, "seconds", st.seconds, "effective_MBps", st.logical / s / 1e6,
 			 "wire_MBps", st.wire_bytes / s / 1e6);
@@ -1188,6 +1190,8 @@ static json_t *xfer_event(const char *type, json_t *base, const struct dmar_xfer
 	json_object_set_new(ev, "logical_bytes", json_integer((json_int_t)st->logical));
 	json_object_set_new(ev, "wire_bytes", json_integer((json_int_t)st->wire_bytes));
 	json_object_set_new(ev, "chunks_sent", json_integer((json_int_t)st->sent_chunks));
+	json_object_set_new(ev, "chunk_bytes", json_integer((json_int_t)st->chunk_bytes));
+	json_object_set_new(ev, "zchunk_bytes", json_integer((json_int_t)st->zchunk_bytes));
 	json_object_set_new(ev, "round_trips", json_integer((json_int_t)st->round_trips));
 	json_object_set_new(ev, "requests", json_integer((json_int_t)st->requests));
 	json_object_set_new(ev, "connects", json_integer((json_int_t)st->connects));
@@ -1234,8 +1238,8 @@ static int add_chunks(struct dmarfs_node *n, struct dmar_tree_body *b, const str
 			break;
 		}
 		const uint8_t *p = w.payload;
-		if (w.enc == DMAR_WIRE_ZSTD) {
-			if ((!plain && !(plain = malloc(DMAR_WIRE_CHUNK_MAX))) || (!dz && !(dz = ZSTD_createDCtx())))
+		if (w.enc != DMAR_WIRE_RAW) {
+			if ((!plain && !(plain = malloc(DMAR_WIRE_SCRATCH))) || (!dz && !(dz = ZSTD_createDCtx())))
 				ret = -ENOMEM;
 			else if (dmar_wire_chunk_verify(&w, dz, plain, &p, err) < 0)
 				ret = -EIO;

@@ -7,8 +7,7 @@
 
 #include "client_i.h"
 
-
-static double elapsed(const struct timespec *t0)
+double cl_elapsed(const struct timespec *t0)
 {
 	struct timespec t;
 	clock_gettime(CLOCK_MONOTONIC, &t);
@@ -55,7 +54,7 @@ void cl_engine_account(struct engine *e, uint64_t chunks, uint64_t bytes, const 
 	e->st.wire_bytes += k->wire;
 	e->st.requests += k->answered;
 	e->st.connects += k->connects;
-	e->st.seconds = elapsed(&e->t0);
+	e->st.seconds = cl_elapsed(&e->t0);
 	if (e->progress)
 		e->progress(e->pctx, &e->st);
 	pthread_mutex_unlock(&e->lock);
@@ -80,7 +79,7 @@ int cl_run_streams(void *(*fn)(void *), void *args, size_t arg_size, unsigned nt
 
 void cl_engine_finish(struct engine *e, struct dmar_xfer_stats *st, int r, struct dmar_error *err)
 {
-	e->st.seconds = elapsed(&e->t0);
+	e->st.seconds = cl_elapsed(&e->t0);
 	if (e->progress)
 		e->progress(e->pctx, &e->st);
 	if (st)

@@ -162,6 +162,8 @@ uint8_t *cl_recipe_bytes(const struct dmar_recipe *r, size_t *len, struct dmar_i
 
 /* ---- client_engine.c ---- */
 
+/* Seconds since t0 (CLOCK_MONOTONIC). */
+double cl_elapsed(const struct timespec *t0);
 void cl_engine_init(struct engine *e, struct dmar_client *c, dmar_xfer_progress_fn progress, void *pctx);
 void cl_engine_fail(struct engine *e, int code, const struct dmar_error *err);
 void cl_engine_account(struct engine *e, uint64_t chunks, uint64_t bytes, const struct call *k);

@@ -17,7 +17,7 @@ struct pull {
 struct pull_stream {
 	struct pull *p;
 	ZSTD_DCtx *dz;
-	uint8_t *scratch; /* DMAR_WIRE_CHUNK_MAX decoded bytes */
+	uint8_t *scratch; /* DMAR_WIRE_SCRATCH: a decoded chunk */
 	struct dmar_batch_parser *parser;
 	size_t first, count; /* the set indices of the batch in flight */
 	uint64_t chunks, bytes;
@@ -157,7 +157,7 @@ int dmar_client_pull(struct dmar_client *c, const struct dmar_id *ids, size_t n,
 	for (unsigned i = 0; i < ns; i++) {
 		s[i].p = &p;
 		s[i].dz = ZSTD_createDCtx();
-		s[i].scratch = malloc(DMAR_WIRE_CHUNK_MAX);
+		s[i].scratch = malloc(DMAR_WIRE_SCRATCH);
 		if (!s[i].dz || !s[i].scratch) {
 			ret = -ENOMEM;
 			goto out;

@@ -19,6 +19,7 @@ struct push {
 	uint32_t *retry;      /* 422'd chunks for the next phase; protected by e.lock */
 	size_t nretry;
 	uint32_t *hint;       /* by set index: the longest skip + len seen, a lower bound of the chunk's length */
+	struct dmar_zmeter zm; /* whether compressing pays on this link; protected by e.lock */
 };
 
 struct push_rec {
@@ -27,19 +28,22 @@ struct push_rec {
 	const uint8_t *payload;      /* what goes on the wire */
 	uint32_t stored;
 	uint32_t idx;
-	bool compressible;           /* the source's zstd, or a raw chunk that passed the probe */
+	bool framed;                 /* goes as a zstd frame (per-chunk encoding) */
+	enum dmar_zx zx;             /* the source's zstd (PLAIN), or the form the probe chose for a raw chunk */
 };
 
 struct push_stream {
 	struct push *p;
 	struct dmar_zchunk *z; /* per-chunk frames, level 1, and the probe */
+	bool compress;    /* this batch: the link meter says compressing pays */
+	double z_seconds; /* this batch's time in probes and compression */
 	unsigned misses;  /* probes that failed in a row */
 	unsigned skipped; /* chunks not probed since the last probe */
 	uint8_t *scratch; /* compressed payloads of the batch */
 	size_t scratch_cap, scratch_used;
 	struct push_rec rec[DMAR_BATCH_CHUNKS];
 	unsigned n;
-	uint64_t raw_bytes, zable_bytes; /* the batch's decoded bytes, those of compressible chunks */
+	uint64_t raw_bytes, zable_bytes; /* the batch's decoded bytes, those of chunks for the plain form */
 	/* whole-batch compression (Content-Encoding: zstd) */
 	ZSTD_CCtx *bzc;   /* DMAR_BATCH_ZSTD_LEVEL, standard frame */
 	ZSTD_DCtx *dz;    /* decodes the source's zstd chunks */
@@ -67,19 +71,20 @@ struct push_stream {
  * sampled probe say nothing about their neighbours and leave the run as
  * it is.
  */
-static bool stream_probe(struct push_stream *s, const struct dmar_wire_chunk *w)
+static enum dmar_zx stream_probe(struct push_stream *s, const struct dmar_wire_chunk *w)
 {
 	if (w->len < DMAR_COMPRESS_SAMPLED)
-		return dmar_zchunk_probe(s->z, w->payload, w->len);
+		return dmar_zchunk_choose(s->z, w->payload, w->len, w->tried);
 	if (s->misses >= DMAR_PROBE_RUN && ++s->skipped < DMAR_PROBE_STRIDE)
-		return false;
+		return DMAR_ZX_RAW;
 	s->skipped = 0;
-	if (dmar_zchunk_probe(s->z, w->payload, w->len)) {
+	enum dmar_zx zx = dmar_zchunk_choose(s->z, w->payload, w->len, w->tried);
+	if (zx != DMAR_ZX_RAW) {
 		s->misses = 0;
-		return true;
+		return zx;
 	}
 	s->misses++;
-	return false;
+	return DMAR_ZX_RAW;
 }
 
 static void batch_release(struct push_stream *s)
@@ -91,6 +96,7 @@ static void batch_release(struct push_stream *s)
 	s->scratch_used = 0;
 	s->raw_bytes = s->zable_bytes = 0;
 	s->zbody_len = 0;
+	s->z_seconds = 0;
 }
 
 /* Take chunks from the shared cursor until the batch is full.  Returns the
@@ -100,6 +106,10 @@ static int batch_fill(struct push_stream *s, struct dmar_error *err)
 	struct push *p = s->p;
 	size_t bytes = 0;
 	char hex[17];
+	pthread_mutex_lock(&p->e.lock);
+	s->compress = dmar_zmeter_compress(&p->zm);
+	pthread_mutex_unlock(&p->e.lock);
+	struct timespec t0;
 	while (s->n < DMAR_BATCH_CHUNKS && bytes < DMAR_BATCH_BYTES) {
 		size_t i = atomic_fetch_add(&p->next, 1);
 		if (i >= p->ntodo)
@@ -124,11 +134,19 @@ static int batch_fill(struct push_stream *s, struct dmar_error *err)
 					      hex);
 		}
 		rec->idx = idx;
-		/* A chunk its source already found incompressible skips the
-		 * probe (stream_probe says what the probes cost). */
-		rec->compressible = w->enc == DMAR_WIRE_ZSTD || (!w->tried && stream_probe(s, w));
+		/* Of a chunk its source already found not worth the plain
+		 * form only the grouped ones are probed (stream_probe says
+		 * what the probes cost); none where compressing does not pay
+		 * on this link.  The source's own frames go as they are. */
+		if (w->enc == DMAR_WIRE_ZSTD || !s->compress) {
+			rec->zx = w->enc == DMAR_WIRE_ZSTD ? DMAR_ZX_PLAIN : DMAR_ZX_RAW;
+		} else {
+			clock_gettime(CLOCK_MONOTONIC, &t0);
+			rec->zx = stream_probe(s, w);
+			s->z_seconds += cl_elapsed(&t0);
+		}
 		s->raw_bytes += w->len;
-		if (rec->compressible)
+		if (rec->zx == DMAR_ZX_PLAIN)
 			s->zable_bytes += w->len;
 		/* Counted decoded: a compressible batch goes compressed as a whole. */
 		bytes += DMAR_BATCH_REC_SIZE + w->len;
@@ -136,8 +154,9 @@ static int batch_fill(struct push_stream *s, struct dmar_error *err)
 	return (int)s->n;
 }
 
-/* The per-chunk encoding (an incompressible batch, or one whole-batch
- * compression did not shrink): compressible raw chunks as level-1 frames. */
+/* The per-chunk encoding (a batch of mostly incompressible or grouped
+ * chunks, or one whole-batch compression did not shrink): raw chunks the
+ * probe passed as level-1 frames in the form it chose. */
 static void batch_per_chunk(struct push_stream *s)
 {
 	s->scratch_used = 0;
@@ -145,11 +164,11 @@ static void batch_per_chunk(struct push_stream *s)
 		struct push_rec *rec = &s->rec[i];
 		const struct dmar_wire_chunk *w = &rec->src;
 		struct dmar_wire_chunk out = *w;
-		if (w->enc == DMAR_WIRE_RAW && rec->compressible) {
-			size_t z = dmar_zchunk_compress(s->z, s->scratch + s->scratch_used,
-							s->scratch_cap - s->scratch_used, w->payload, w->len);
+		if (w->enc == DMAR_WIRE_RAW && rec->zx != DMAR_ZX_RAW) {
+			size_t z = dmar_zchunk_compress_as(s->z, s->scratch + s->scratch_used,
+							   s->scratch_cap - s->scratch_used, w->payload, w->len, rec->zx);
 			if (z) {
-				out.enc = DMAR_WIRE_ZSTD;
+				out.enc = dmar_wire_zx_enc(rec->zx);
 				out.stored = (uint32_t)z;
 				out.payload = s->scratch + s->scratch_used;
 				s->scratch_used += z;
@@ -158,6 +177,7 @@ static void batch_per_chunk(struct push_stream *s)
 		dmar_batch_write_record(rec->h, &out);
 		rec->payload = out.payload;
 		rec->stored = out.stored;
+		rec->framed = out.enc != DMAR_WIRE_RAW;
 	}
 }
 
@@ -354,10 +374,14 @@ static int batch_send(struct push_stream *s, struct dmar_error *err)
 	if (r < 0)
 		goto out;
 	k.abort_flag = &p->e.failed;
-	/* Mostly compressible: the whole body as one zstd stream, which sees
-	 * across chunks (per-chunk level 1 cannot); else per chunk, the
-	 * incompressible ones costing no more than the probe. */
-	bool whole = s->zable_bytes && s->zable_bytes * 2 >= s->raw_bytes && batch_compress(s) == 0;
+	/* Mostly compressible as it is: the whole body as one zstd stream,
+	 * which sees across chunks (per-chunk level 1 cannot); else per
+	 * chunk, the incompressible ones costing no more than the probe and
+	 * the grouped ones in their own form (the whole stream would see
+	 * them ungrouped). */
+	struct timespec t0;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	bool whole = s->compress && s->zable_bytes && s->zable_bytes * 2 >= s->raw_bytes && batch_compress(s) == 0;
 	if (!whole) {
 		batch_per_chunk(s);
 		dmar_batch_write_header(s->hdr, s->n);
@@ -366,6 +390,8 @@ static int batch_send(struct push_stream *s, struct dmar_error *err)
 			s->body += DMAR_BATCH_REC_SIZE + s->rec[i].stored;
 		s->part = s->off = 0;
 	}
+	uint64_t wire = whole ? s->zbody_len : (uint64_t)s->body;
+	s->z_seconds += cl_elapsed(&t0);
 	if ((r = cl_call_header(&k, "Content-Type: application/x-dmar-chunks")) < 0 ||
 	    (r = cl_call_header(&k, p->upload)) < 0 || (p->relay && (r = cl_call_header(&k, p->relay)) < 0))
 		goto out;
@@ -383,16 +409,31 @@ static int batch_send(struct push_stream *s, struct dmar_error *err)
 		curl_easy_setopt(k.h, CURLOPT_SEEKDATA, s);
 	}
 	curl_easy_setopt(k.h, CURLOPT_UPLOAD_BUFFERSIZE, DMAR_BULK_BUFFER);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
 	r = cl_call_perform(&k);
+	double send_seconds = cl_elapsed(&t0);
+	if (r == 0) {
+		pthread_mutex_lock(&p->e.lock);
+		dmar_zmeter_sent(&p->zm, wire, send_seconds);
+		if (s->compress)
+			dmar_zmeter_compressed(&p->zm, s->raw_bytes, wire, s->z_seconds);
+		pthread_mutex_unlock(&p->e.lock);
+	}
 	if (r == -ECANCELED)
 		goto out; /* another stream failed; its error is the one to report */
 	if (r < 0)
 		goto out;
 	s->requests++;
 	if (cl_ok_status(k.status)) {
-		for (unsigned i = 0; i < s->n; i++)
+		uint64_t zbytes = 0;
+		for (unsigned i = 0; i < s->n; i++) {
 			ok_bytes += s->rec[i].src.len;
+			zbytes += whole || s->rec[i].framed ? s->rec[i].src.len : 0;
+		}
 		ok_chunks = s->n;
+		pthread_mutex_lock(&p->e.lock);
+		p->e.st.zchunk_bytes += zbytes;
+		pthread_mutex_unlock(&p->e.lock);
 	} else if (k.status == 422) {
 		r = batch_rejected(s, &k, &ok_chunks, &ok_bytes, err);
 	} else {

@@ -50,7 +50,7 @@ static int conn_zstd(struct conn *cn)
 {
 	if (!cn->dctx && !(cn->dctx = ZSTD_createDCtx()))
 		return -ENOMEM;
-	if (!cn->scratch && !(cn->scratch = malloc(DMAR_WIRE_CHUNK_MAX)))
+	if (!cn->scratch && !(cn->scratch = malloc(DMAR_WIRE_SCRATCH)))
 		return -ENOMEM;
 	return 0;
 }
@@ -240,16 +240,17 @@ static void fetch_free(void *cls)
 	free(f);
 }
 
-/* A raw payload as a level-1 chunk frame where the compress policy
- * (codec/compress.h) says it pays; a chunk its source already judged
- * travels as it is. */
+/* A raw payload as a level-1 chunk frame, in the form the compress
+ * policy (codec/compress.h) chooses; of a chunk its source already judged
+ * (the plain form does not pay), only the grouped forms are tried. */
 static bool fetch_compress(struct fetch *f, struct dmar_wire_chunk *c)
 {
-	if (c->enc != DMAR_WIRE_RAW || c->tried)
+	if (c->enc != DMAR_WIRE_RAW)
 		return false;
 	if (!f->z && dmar_zchunk_new(&f->z, 1, NULL) < 0)
 		return false;
-	if (!dmar_zchunk_probe(f->z, c->payload, c->len))
+	enum dmar_zx zx = dmar_zchunk_choose(f->z, c->payload, c->len, c->tried);
+	if (zx == DMAR_ZX_RAW)
 		return false;
 	if (f->zbuf_cap < c->len) {
 		uint8_t *z = realloc(f->zbuf, c->len);
@@ -258,10 +259,10 @@ static bool fetch_compress(struct fetch *f, struct dmar_wire_chunk *c)
 		f->zbuf = z;
 		f->zbuf_cap = c->len;
 	}
-	size_t r = dmar_zchunk_compress(f->z, f->zbuf, c->len, c->payload, c->len);
+	size_t r = dmar_zchunk_compress_as(f->z, f->zbuf, c->len, c->payload, c->len, zx);
 	if (!r)
 		return false;
-	c->enc = DMAR_WIRE_ZSTD;
+	c->enc = dmar_wire_zx_enc(zx);
 	c->stored = (uint32_t)r;
 	c->payload = f->zbuf;
 	return true;

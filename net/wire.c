@@ -128,13 +128,13 @@ static int64_t record_payload(struct dmar_batch_parser *p, const uint8_t *h, str
 	const char *bad = NULL;
 	if (h[33] || h[34] || h[35])
 		bad = "nonzero reserved bytes";
-	else if (c->enc != DMAR_WIRE_RAW && c->enc != DMAR_WIRE_ZSTD)
+	else if (c->enc != DMAR_WIRE_RAW && dmar_wire_enc_zx(c->enc) == DMAR_ZX_RAW)
 		bad = "unknown encoding";
 	else if (c->len == 0 || c->len > DMAR_WIRE_CHUNK_MAX)
 		bad = "length out of range";
 	else if (c->enc == DMAR_WIRE_RAW && c->stored != c->len)
 		bad = "raw payload size differs from its length";
-	else if (c->enc == DMAR_WIRE_ZSTD && (c->stored == 0 || c->stored > ZSTD_COMPRESSBOUND(c->len)))
+	else if (c->enc != DMAR_WIRE_RAW && (c->stored == 0 || c->stored > ZSTD_COMPRESSBOUND(c->len)))
 		bad = "zstd payload size out of range";
 	if (bad) {
 		char hex[17];
@@ -279,10 +279,9 @@ int dmar_wire_chunk_verify(const struct dmar_wire_chunk *c, struct ZSTD_DCtx_s *
 {
 	char hex[17];
 	const uint8_t *bytes = c->payload;
-	if (c->enc == DMAR_WIRE_ZSTD) {
-		ZSTD_DCtx_reset(dctx, ZSTD_reset_session_and_parameters);
-		ZSTD_DCtx_setParameter(dctx, ZSTD_d_format, ZSTD_f_zstd1_magicless);
-		size_t r = ZSTD_decompressDCtx(dctx, scratch, c->len, c->payload, c->stored);
+	enum dmar_zx zx = dmar_wire_enc_zx(c->enc);
+	if (zx != DMAR_ZX_RAW) {
+		size_t r = dmar_chunk_frame_decode(dctx, scratch, c->len, c->payload, c->stored, zx, scratch + c->len);
 		if (ZSTD_isError(r)) {
 			dmar_hex(c->id.b, 8, hex);
 			return dmar_error_set(err, -EILSEQ, "chunk %s...: zstd frame corrupt (%s)", hex,

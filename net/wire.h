@@ -15,7 +15,9 @@
  *                       count u32, reserved u32 (0)
  *     count records, each a 44-byte header then its payload:
  *        0 32  id: SHA-256 of the decoded chunk
- *       32  1  enc: 0 raw, 1 zstd (one magicless zstd frame, no dictionary)
+ *       32  1  enc: 0 raw, 1 zstd (one magicless zstd frame, no dictionary),
+ *                   2 zstd over the bytes grouped at width 2, 3 at width 4
+ *                   (codec/bgroup.h: the frame decodes to the grouped form)
  *       33  3  reserved, zero
  *       36  4  len: decoded bytes (1..DMAR_WIRE_CHUNK_MAX)
  *       40  4  stored: payload bytes (raw: == len; zstd: 1..ZSTD_compressBound(len))
@@ -66,6 +68,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "codec/compress.h"
 #include "codec/error.h"
 #include "codec/hash.h"
 #include "codec/recipe.h"
@@ -79,7 +82,26 @@
 
 /* ---- chunk batches ---- */
 
-enum dmar_wire_enc { DMAR_WIRE_RAW = 0, DMAR_WIRE_ZSTD = 1 };
+enum dmar_wire_enc { DMAR_WIRE_RAW = 0, DMAR_WIRE_ZSTD = 1, DMAR_WIRE_ZSTD_G2 = 2, DMAR_WIRE_ZSTD_G4 = 3 };
+
+/* A zstd encoding's chunk-frame form (codec/compress.h), or DMAR_ZX_RAW
+ * for raw and unknown encodings. */
+static inline enum dmar_zx dmar_wire_enc_zx(uint8_t enc)
+{
+	return enc == DMAR_WIRE_ZSTD ? DMAR_ZX_PLAIN
+	       : enc == DMAR_WIRE_ZSTD_G2 ? DMAR_ZX_G2
+	       : enc == DMAR_WIRE_ZSTD_G4 ? DMAR_ZX_G4 : DMAR_ZX_RAW;
+}
+
+/* The encoding of a chunk frame of form zx (not DMAR_ZX_RAW). */
+static inline uint8_t dmar_wire_zx_enc(enum dmar_zx zx)
+{
+	return zx == DMAR_ZX_G2 ? DMAR_WIRE_ZSTD_G2 : zx == DMAR_ZX_G4 ? DMAR_WIRE_ZSTD_G4 : DMAR_WIRE_ZSTD;
+}
+
+/* Scratch a decoder of one chunk needs (dmar_wire_chunk_verify): the
+ * decoded bytes, and the grouped form they are joined from. */
+#define DMAR_WIRE_SCRATCH (2u * DMAR_WIRE_CHUNK_MAX)
 
 struct dmar_wire_chunk {
 	struct dmar_id id;
@@ -126,7 +148,8 @@ void dmar_batch_parser_free(struct dmar_batch_parser *p); /* NULL-safe */
 
 /*
  * Check that c's payload decodes to exactly c->len bytes whose SHA-256 is
- * c->id.  For zstd, scratch (c->len bytes) receives the decoded bytes; dctx
+ * c->id.  For zstd, scratch (2 * c->len bytes: DMAR_WIRE_SCRATCH serves
+ * any chunk) receives the decoded bytes at its start; dctx
  * is the caller's (one per thread).  *decoded gets the decoded bytes (the
  * payload itself for raw).  Returns 0, or -EILSEQ with err naming the
  * chunk ("chunk 3f2a...: hash mismatch", "...: zstd frame corrupt", "...:

@@ -49,7 +49,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
 	if (!dctx && !(dctx = ZSTD_createDCtx()))
 		die("ZSTD_createDCtx", NULL);
-	if (!scratch && !(scratch = malloc(DMAR_WIRE_CHUNK_MAX)))
+	if (!scratch && !(scratch = malloc(DMAR_WIRE_SCRATCH)))
 		die("out of memory", NULL);
 	return 0;
 }
@@ -112,7 +112,8 @@ static int on_record(void *ctx, const struct dmar_wire_chunk *c)
 	struct run *run = ctx;
 	if (run->n > MAX_COUNT)
 		die("more records than the header's count allows", NULL);
-	if ((c->enc != DMAR_WIRE_RAW && c->enc != DMAR_WIRE_ZSTD) || c->len == 0 || c->len > DMAR_WIRE_CHUNK_MAX ||
+	if ((c->enc != DMAR_WIRE_RAW && dmar_wire_enc_zx(c->enc) == DMAR_ZX_RAW) || c->len == 0 ||
+	    c->len > DMAR_WIRE_CHUNK_MAX ||
 	    (c->enc == DMAR_WIRE_RAW && c->stored != c->len) || c->stored == 0 ||
 	    c->stored > ZSTD_COMPRESSBOUND(c->len))
 		die("delivered a record with bad fields", NULL);

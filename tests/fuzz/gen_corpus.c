@@ -22,9 +22,12 @@
 
 #include <sys/stat.h>
 
+#include "../unit/prng.h" /* fill_floats */
+
 #define ZSTD_STATIC_LINKING_ONLY /* ZSTD_c_format: magicless frames */
 #include <zstd.h>
 
+#include "codec/compress.h"
 #include "codec/encoder.h"
 #include "codec/format.h"
 #include "net/peers.h"
@@ -663,7 +666,17 @@ static void bs_add(struct bseed *bs, const uint8_t *data, uint32_t len, uint8_t 
 	struct dmar_wire_chunk c = { .enc = enc, .len = len };
 	dmar_hash(data, len, &c.id);
 	const uint8_t *payload = data;
-	if (enc == DMAR_WIRE_ZSTD) {
+	if (enc == DMAR_WIRE_ZSTD_G2 || enc == DMAR_WIRE_ZSTD_G4) {
+		struct dmar_zchunk *zc;
+		if (dmar_zchunk_new(&zc, 1, NULL) < 0)
+			fz_die("zchunk", "no memory");
+		size_t n = dmar_zchunk_compress_as(zc, z, sizeof(z), data, len, dmar_wire_enc_zx(enc));
+		dmar_zchunk_free(zc);
+		if (!n)
+			fz_die("grouped frame", "does not pay");
+		c.stored = (uint32_t)n;
+		payload = z;
+	} else if (enc == DMAR_WIRE_ZSTD) {
 		ZSTD_CCtx *cc = ZSTD_createCCtx();
 		ZSTD_CCtx_setParameter(cc, ZSTD_c_format, ZSTD_f_zstd1_magicless);
 		ZSTD_CCtx_setParameter(cc, ZSTD_c_compressionLevel, 3);
@@ -704,7 +717,7 @@ static void put_batch(const char *name, const struct bseed *bs)
 	static struct bcheck k;
 	if (!k.dctx) {
 		k.dctx = ZSTD_createDCtx();
-		k.scratch = malloc(DMAR_WIRE_CHUNK_MAX);
+		k.scratch = malloc(DMAR_WIRE_SCRATCH);
 	}
 	k.n = k.verified = 0;
 	struct dmar_batch_parser *p;
@@ -763,6 +776,24 @@ static void gen_batch(void)
 		snprintf(name, sizeof(name), "mixed-split-%u%s", splits[k], k % 2 ? "-bytewise" : "");
 		put_batch(name, &bs);
 	}
+
+	/* bf16-like and fp32-like chunks, grouped, beside plain ones. */
+	static uint8_t bf16[12000], fp32[8000];
+	fill_floats(bf16, sizeof(bf16), 2, 31);
+	fill_floats(fp32, sizeof(fp32), 4, 32);
+	bs_start(&bs, 50, 3, 3);
+	bs_add(&bs, bf16, sizeof(bf16), DMAR_WIRE_ZSTD_G2);
+	bs_add(&bs, fp32, sizeof(fp32), DMAR_WIRE_ZSTD_G4);
+	bs_add(&bs, text, 700, DMAR_WIRE_ZSTD);
+	put_batch("grouped", &bs);
+	/* A grouped frame declared at the other width decodes to other
+	 * bytes: its hash fails. */
+	bs_start(&bs, 0, 1, 1);
+	bs_add(&bs, bf16, sizeof(bf16), DMAR_WIRE_ZSTD_G2);
+	bs.b[3 + DMAR_BATCH_HDR_SIZE + 32] = DMAR_WIRE_ZSTD_G4;
+	put_batch("bad-grouped-width", &bs);
+	bs.b[3 + DMAR_BATCH_HDR_SIZE + 32] = 4;
+	put_batch("bad-enc-4", &bs);
 
 	/* Damaged copies of a small mixed batch. */
 	bs_start(&bs, 40, 4, 3);
@@ -947,6 +978,48 @@ static void gen_tree(void)
 	put_tree("bad-short-recipe", &t);
 }
 
+/* fuzz_zframe: data in each form, frames of each form, damaged ones. */
+static void gen_zframe(void)
+{
+	static uint8_t in[16001], frame[16400];
+	struct dmar_zchunk *zc;
+	if (dmar_zchunk_new(&zc, 1, NULL) < 0)
+		fz_die("zchunk", "no memory");
+	static const struct { const char *name; unsigned width; uint8_t form; } k[] = {
+		{ "bf16", 2, 1 }, { "fp32", 4, 2 }, { "text", 0, 0 }, { "bf16-odd-form", 2, 3 },
+	};
+	for (size_t i = 0; i < sizeof(k) / sizeof(*k); i++) {
+		size_t len = 12001;
+		if (k[i].width)
+			fill_floats(in + 1, len, k[i].width, 40 + i);
+		else
+			for (size_t j = 0; j < len; j++)
+				in[1 + j] = (uint8_t)("the quick brown fox "[j % 20] ^ (j / 997));
+		char name[48];
+		in[0] = k[i].form;
+		snprintf(name, sizeof(name), "data-%s", k[i].name);
+		put("zframe", name, in, 1 + len);
+		enum dmar_zx zx = k[i].form == 1 ? DMAR_ZX_G2 : k[i].form == 2 ? DMAR_ZX_G4 : DMAR_ZX_PLAIN;
+		size_t n = dmar_zchunk_compress_as(zc, frame + 4, sizeof(frame) - 4, in + 1, len, zx);
+		if (!n)
+			continue;
+		frame[0] = (uint8_t)(4 | k[i].form);
+		frame[1] = (uint8_t)len;
+		frame[2] = (uint8_t)(len >> 8);
+		frame[3] = (uint8_t)(len >> 16);
+		snprintf(name, sizeof(name), "frame-%s", k[i].name);
+		put("zframe", name, frame, 4 + n);
+		frame[1] = (uint8_t)(len - 1); /* declared one byte short */
+		snprintf(name, sizeof(name), "frame-%s-short", k[i].name);
+		put("zframe", name, frame, 4 + n);
+		frame[1] = (uint8_t)len;
+		frame[4 + n / 2] ^= 0x5a;
+		snprintf(name, sizeof(name), "frame-%s-damaged", k[i].name);
+		put("zframe", name, frame, 4 + n);
+	}
+	dmar_zchunk_free(zc);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 2) {
@@ -962,6 +1035,7 @@ int main(int argc, char **argv)
 	gen_batch();
 	gen_peers();
 	gen_tree();
+	gen_zframe();
 	printf("gen_corpus: %u files in %s\n", nfiles, outdir);
 	return 0;
 }

@@ -8,7 +8,7 @@ set -u
 : "${top_builddir:?run from make check, or set top_srcdir and top_builddir}"
 
 status=0
-for t in decode bytepack roundtrip recipe batch peers ws journal http tree; do
+for t in decode bytepack roundtrip recipe batch peers ws journal http tree zframe; do
 	bin="$top_builddir/tests/fuzz/replay_$t"
 	corpus="$top_srcdir/tests/fuzz/corpus/$t"
 	if [ ! -x "$bin" ]; then

@@ -8,12 +8,12 @@
 # `tests/fuzz/fuzz_TARGET FILE` or `tests/fuzz/replay_TARGET FILE`).
 #
 # FUZZ_TIME (seconds per target, default 20) and FUZZ_TARGETS (default
-# "decode bytepack roundtrip recipe batch peers ws journal http tree") override the defaults.
+# "decode bytepack roundtrip recipe batch peers ws journal http tree zframe") override the defaults.
 set -u
 : "${top_srcdir:?run from make check, or set top_srcdir and top_builddir}"
 : "${top_builddir:?run from make check, or set top_srcdir and top_builddir}"
 FUZZ_TIME=${FUZZ_TIME:-20}
-FUZZ_TARGETS=${FUZZ_TARGETS:-decode bytepack roundtrip recipe batch peers ws journal http tree}
+FUZZ_TARGETS=${FUZZ_TARGETS:-decode bytepack roundtrip recipe batch peers ws journal http tree zframe}
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/dmar-fuzz.XXXXXX") || exit 99
 cleanup() { rm -rf "$tmp"; }

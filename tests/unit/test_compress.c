@@ -20,6 +20,7 @@
 
 #include "prng.h"
 
+#include "codec/bgroup.h"
 #include "codec/compress.h"
 #include "codec/hash.h"
 #include "codec/idset.h"
@@ -96,6 +97,144 @@ static void test_zchunk_roundtrip(void **state)
 	free(back);
 }
 
+/* Grouping is a permutation that join undoes bit for bit, at every
+ * length (whole values or not) and alignment; plane k holds byte k of
+ * each value. */
+static void test_bgroup(void **state)
+{
+	enum { MAX = 4099 };
+	uint8_t *src = malloc(MAX + 3), *g = malloc(MAX), *back = malloc(MAX);
+	fill_random(src, MAX + 3, 11);
+	for (unsigned w = 2; w <= DMAR_BGROUP_MAX_WIDTH; w *= 2)
+		for (size_t len = 0; len <= MAX; len += len < 200 ? 1 : 97)
+			for (size_t a = 0; a < 3; a++) {
+				memset(g, 0xa5, MAX);
+				dmar_bgroup_split(g, src + a, len, w);
+				size_t n = len / w;
+				for (size_t i = 0; i < n; i++)
+					for (unsigned k = 0; k < w; k++)
+						if (g[k * n + i] != src[a + i * w + k])
+							fail_msg("width %u len %zu: plane %u value %zu", w, len, k, i);
+				assert_memory_equal(g + n * w, src + a + n * w, len - n * w);
+				dmar_bgroup_join(back, g, len, w);
+				assert_memory_equal(back, src + a, len);
+			}
+	/* docs/format.md's test vector. */
+	static const uint8_t in7[7] = { 0, 1, 2, 3, 4, 5, 6 }, g7[7] = { 0, 2, 4, 1, 3, 5, 6 };
+	dmar_bgroup_split(g, in7, 7, 2);
+	assert_memory_equal(g, g7, 7);
+	dmar_bgroup_split(g, in7, 7, 4);
+	assert_memory_equal(g, in7, 7);
+	/* A big one through the vector paths. */
+	const size_t big = 1u << 20;
+	uint8_t *b = malloc(big), *bg = malloc(big), *bb = malloc(big);
+	fill_floats(b, big, 2, 12);
+	for (unsigned w = 2; w <= 4; w *= 2) {
+		dmar_bgroup_split(bg, b, big, w);
+		assert_memory_not_equal(bg, b, 4096);
+		dmar_bgroup_join(bb, bg, big, w);
+		assert_memory_equal(bb, b, big);
+	}
+	free(b);
+	free(bg);
+	free(bb);
+	free(src);
+	free(g);
+	free(back);
+}
+
+/* The choice of form follows the data: bf16 weights grouped at width 2,
+ * fp32 ones at 4, text plain, random bytes raw; and a grouped frame
+ * decodes to the chunk, bit for bit. */
+static void test_choose(void **state)
+{
+	const size_t len = 256u << 10;
+	uint8_t *p = malloc(len), *z = malloc(ZSTD_compressBound(len)), *back = malloc(len), *tmp = malloc(len);
+	ZSTD_CCtx *c = ZSTD_createCCtx();
+	ZSTD_DCtx *d = ZSTD_createDCtx();
+	struct dmar_zchunk *zc;
+	assert_int_equal(dmar_zchunk_new(&zc, 1, NULL), 0);
+
+	fill_floats(p, len, 2, 21);
+	assert_int_equal(dmar_compress_choose(c, p, len, false), DMAR_ZX_G2);
+	assert_int_equal(dmar_compress_choose(c, p + 1, len - 1, false), DMAR_ZX_G2); /* cut mid-value */
+	size_t plain = dmar_zchunk_compress(zc, z, ZSTD_compressBound(len), p, len);
+	size_t g2 = dmar_zchunk_compress_as(zc, z, ZSTD_compressBound(len), p, len, DMAR_ZX_G2);
+	print_message("bf16 %zu bytes: plain frame %zu, grouped %zu\n", len, plain, g2);
+	assert_true(g2 > 0 && g2 < plain - len / 32);
+	assert_int_equal(dmar_chunk_frame_decode(d, back, len, z, g2, DMAR_ZX_G2, tmp), len);
+	assert_memory_equal(back, p, len);
+	/* Corrupt: an error, never bytes that pass for the chunk. */
+	z[g2 / 2] ^= 0x55;
+	size_t r = dmar_chunk_frame_decode(d, back, len, z, g2, DMAR_ZX_G2, tmp);
+	assert_true(ZSTD_isError(r) || r != len || memcmp(back, p, len) != 0);
+	/* Truncated. */
+	assert_true(ZSTD_isError(dmar_chunk_frame_decode(d, back, len, z, g2 / 2, DMAR_ZX_G2, tmp)));
+	assert_true(ZSTD_isError(dmar_chunk_frame_decode(d, back, len, z, g2, (enum dmar_zx)3, tmp)));
+
+	fill_floats(p, len, 4, 22);
+	assert_int_equal(dmar_zchunk_choose(zc, p, len, false), DMAR_ZX_G4);
+	size_t g4 = dmar_zchunk_compress_as(zc, z, ZSTD_compressBound(len), p, len, DMAR_ZX_G4);
+	assert_true(g4 > 0);
+	assert_int_equal(dmar_chunk_frame_decode(d, back, len, z, g4, DMAR_ZX_G4, tmp), len);
+	assert_memory_equal(back, p, len);
+	/* Only grouped forms compete: still width 4. */
+	assert_int_equal(dmar_compress_choose(c, p, len, true), DMAR_ZX_G4);
+
+	fill_skewed(p, len, 23);
+	assert_int_equal(dmar_compress_choose(c, p, len, false), DMAR_ZX_PLAIN);
+	memset(p, 'x', len);
+	assert_int_equal(dmar_compress_choose(c, p, len, false), DMAR_ZX_PLAIN);
+	fill_random(p, len, 24);
+	assert_int_equal(dmar_compress_choose(c, p, len, false), DMAR_ZX_RAW);
+	assert_int_equal(dmar_compress_choose(c, p, len, true), DMAR_ZX_RAW);
+	assert_int_equal(dmar_zchunk_compress_as(zc, z, ZSTD_compressBound(len), p, len, DMAR_ZX_G2), 0);
+	/* Too small to sample: plain is tried, grouped never. */
+	assert_int_equal(dmar_compress_choose(c, p, DMAR_COMPRESS_SAMPLED - 1, false), DMAR_ZX_PLAIN);
+	assert_int_equal(dmar_compress_choose(c, p, DMAR_COMPRESS_SAMPLED - 1, true), DMAR_ZX_RAW);
+	assert_int_equal(dmar_compress_choose(c, p, DMAR_COMPRESS_MIN - 1, false), DMAR_ZX_RAW);
+
+	dmar_zchunk_free(zc);
+	ZSTD_freeCCtx(c);
+	ZSTD_freeDCtx(d);
+	free(p);
+	free(z);
+	free(back);
+	free(tmp);
+}
+
+/* The link meter: compress until both rates are known; then compress
+ * where the link is slower than what compressing saves, else go raw but
+ * for one batch in DMAR_ZMETER_REFRESH; follow a change of link. */
+static void test_zmeter(void **state)
+{
+	struct dmar_zmeter m = { 0 };
+	assert_true(dmar_zmeter_compress(&m)); /* nothing measured */
+	dmar_zmeter_sent(&m, 8u << 20, 0.067); /* 125 MB/s: 1 Gbit/s */
+	assert_true(dmar_zmeter_compress(&m)); /* no compress rate yet */
+	dmar_zmeter_compressed(&m, 8u << 20, 5u << 20, 0.02); /* 420 MB/s, 37 % saved: 155 MB/s */
+	for (int i = 0; i < 20; i++)
+		assert_true(dmar_zmeter_compress(&m));
+	/* The link turns fast: 2 GB/s a stream, far above 155 MB/s. */
+	for (int i = 0; i < 10; i++)
+		dmar_zmeter_sent(&m, 8u << 20, 0.004);
+	unsigned compressed = 0;
+	for (int i = 0; i < 4 * DMAR_ZMETER_REFRESH; i++)
+		compressed += dmar_zmeter_compress(&m);
+	assert_int_equal(compressed, 4); /* the refreshes only */
+	/* Data that saves nothing, on a slow link: raw too. */
+	struct dmar_zmeter r = { 0 };
+	dmar_zmeter_sent(&r, 8u << 20, 0.067);
+	dmar_zmeter_compressed(&r, 8u << 20, 8u << 20, 0.01);
+	assert_false(dmar_zmeter_compress(&r));
+	/* Samples of nothing or no time are ignored. */
+	struct dmar_zmeter z = { 0 };
+	dmar_zmeter_sent(&z, 0, 1);
+	dmar_zmeter_sent(&z, 100, 0);
+	dmar_zmeter_compressed(&z, 0, 0, 1);
+	assert_true(z.send_bps == 0 && z.z_bps == 0);
+}
+
 static void test_idset(void **state)
 {
 	enum { N = 5000 };
@@ -145,6 +284,9 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_pays),
 		cmocka_unit_test(test_probe),
 		cmocka_unit_test(test_zchunk_roundtrip),
+		cmocka_unit_test(test_bgroup),
+		cmocka_unit_test(test_choose),
+		cmocka_unit_test(test_zmeter),
 		cmocka_unit_test(test_idset),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

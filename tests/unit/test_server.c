@@ -1283,7 +1283,7 @@ static void test_fetch(void **state)
 	http(&r, "POST", "/v1/chunks/fetch", ids, sizeof(ids));
 	assert_int_equal(r.status, 200);
 	assert_string_equal(resp_header(&r, "Content-Type"), "application/x-dmar-chunks");
-	struct fetched f = { ZSTD_createDCtx(), malloc(DMAR_WIRE_CHUNK_MAX), c, 0, 0 };
+	struct fetched f = { ZSTD_createDCtx(), malloc(DMAR_WIRE_SCRATCH), c, 0, 0 };
 	struct dmar_batch_parser *p;
 	struct dmar_error err = { 0 };
 	assert_int_equal(dmar_batch_parser_new(&p, 10, on_fetched, &f), 0);

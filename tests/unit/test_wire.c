@@ -829,7 +829,7 @@ static const struct batch_case batch_cases[] = {
 	{ "count huge", -1, 8, 4, 0xffffffff, "the limit is 6" },
 	{ "rec reserved 33", 2, 33, 1, 1, "record 2 (chunk " },
 	{ "rec reserved 35", 0, 35, 1, 0x80, "record 0 (chunk " },
-	{ "enc 2", 3, 32, 1, 2, "record 3 (chunk " },
+	{ "enc 4", 3, 32, 1, 4, "record 3 (chunk " },
 	{ "enc 255", 1, 32, 1, 255, "unknown encoding" },
 	{ "len 0", 4, 36, 4, 0, "record 4 (chunk " },
 	{ "len 0 raw", 1, 36, 4, 0, "length out of range" },
@@ -1026,7 +1026,7 @@ struct verify_fixture {
 static int verify_setup(void **state)
 {
 	struct verify_fixture *f = calloc(1, sizeof(*f));
-	if (!f || !(f->dctx = ZSTD_createDCtx()) || !(f->scratch = malloc(DMAR_WIRE_CHUNK_MAX)))
+	if (!f || !(f->dctx = ZSTD_createDCtx()) || !(f->scratch = malloc(DMAR_WIRE_SCRATCH)))
 		return -1;
 	for (size_t i = 0; i < sizeof(f->data); i++)
 		f->data[i] = (uint8_t)("verify me, verify me not "[i % 25] ^ (i / 1000));
@@ -1160,6 +1160,50 @@ static void test_verify_zstd(void **state)
 
 	free(small);
 	free(bad);
+	free(z);
+}
+
+/* A byte-grouped frame verifies to the chunk at its own width only: at
+ * the other width, or as a plain frame, it decodes to other bytes. */
+static void test_verify_grouped(void **state)
+{
+	struct verify_fixture *f = *state;
+	enum { LEN = 60000 };
+	uint8_t *data = malloc(LEN), *z = malloc(ZSTD_compressBound(LEN));
+	fill_floats(data, LEN, 2, 5);
+	struct dmar_zchunk *zc;
+	assert_int_equal(dmar_zchunk_new(&zc, 1, NULL), 0);
+	size_t zlen = dmar_zchunk_compress_as(zc, z, ZSTD_compressBound(LEN), data, LEN, DMAR_ZX_G2);
+	assert_true(zlen > 0);
+	struct dmar_wire_chunk c = { .enc = DMAR_WIRE_ZSTD_G2, .len = LEN, .stored = (uint32_t)zlen, .payload = z };
+	dmar_hash(data, LEN, &c.id);
+	struct dmar_error err = { 0 };
+	const uint8_t *dec = NULL;
+	assert_int_equal(dmar_wire_chunk_verify(&c, f->dctx, f->scratch, &dec, &err), 0);
+	assert_ptr_equal(dec, f->scratch);
+	assert_memory_equal(dec, data, LEN);
+	static const uint8_t other[] = { DMAR_WIRE_ZSTD_G4, DMAR_WIRE_ZSTD };
+	for (size_t k = 0; k < sizeof(other); k++) {
+		c.enc = other[k];
+		struct dmar_error e = { 0 };
+		assert_int_equal(dmar_wire_chunk_verify(&c, f->dctx, f->scratch, &dec, &e), -EILSEQ);
+		assert_names_chunk(&e, &c.id, "hash mismatch");
+	}
+	c.enc = DMAR_WIRE_ZSTD_G2;
+	c.stored = (uint32_t)zlen / 2;
+	struct dmar_error e2 = { 0 };
+	assert_int_equal(dmar_wire_chunk_verify(&c, f->dctx, f->scratch, &dec, &e2), -EILSEQ);
+	assert_names_chunk(&e2, &c.id, "zstd frame corrupt");
+	/* The record round-trips through a batch with its encoding. */
+	uint8_t h[DMAR_BATCH_REC_SIZE];
+	c.stored = (uint32_t)zlen;
+	dmar_batch_write_record(h, &c);
+	assert_int_equal(h[32], DMAR_WIRE_ZSTD_G2);
+	assert_int_equal(dmar_wire_enc_zx(h[32]), DMAR_ZX_G2);
+	assert_int_equal(dmar_wire_zx_enc(DMAR_ZX_G4), DMAR_WIRE_ZSTD_G4);
+	assert_int_equal(dmar_wire_enc_zx(4), DMAR_ZX_RAW);
+	dmar_zchunk_free(zc);
+	free(data);
 	free(z);
 }
 
@@ -1470,6 +1514,7 @@ int main(void)
 		cmocka_unit_test(test_batch_largest),
 		cmocka_unit_test_setup_teardown(test_verify_raw, verify_setup, verify_teardown),
 		cmocka_unit_test_setup_teardown(test_verify_zstd, verify_setup, verify_teardown),
+		cmocka_unit_test_setup_teardown(test_verify_grouped, verify_setup, verify_teardown),
 		cmocka_unit_test_setup_teardown(test_verify_batch, verify_setup, verify_teardown),
 		cmocka_unit_test(test_path_check),
 		cmocka_unit_test(test_errno_names),
