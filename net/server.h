@@ -104,7 +104,8 @@ struct dmar_node_ops {
 	int (*recipe)(void *ctx, const char *path, uint8_t **buf, size_t *len, struct dmar_error *err);
 	/* GET /v1/chunks/ID and POST /v1/chunks/fetch: a copy of the chunk's
 	 * payload in *buf (malloc'd), described by *c (c->payload == *buf; raw,
-	 * or zstd without a dictionary).  -ENOENT if not held. */
+	 * or zstd without a dictionary).  -ENOENT if not held.  *buf is the
+	 * server's to free whatever the return (it starts NULL). */
 	int (*get_chunk)(void *ctx, const struct dmar_id *id, struct dmar_wire_chunk *c, uint8_t **buf,
 			 struct dmar_error *err);
 	/* POST /v1/transfers: ship the file at path to peer `to`, as dest

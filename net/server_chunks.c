@@ -188,8 +188,10 @@ enum MHD_Result srv_h_get_chunk(struct req *q)
 	struct dmar_wire_chunk c = { 0 };
 	uint8_t *buf = NULL;
 	int r = q->s->ops->get_chunk(q->s->ctx, &q->id, &c, &buf, &q->err);
-	if (r < 0)
+	if (r < 0) {
+		free(buf);
 		return srv_reply_ops_error(q, r);
+	}
 	struct MHD_Response *resp = MHD_create_response_from_buffer(c.stored, c.stored ? buf : (void *)"",
 								    c.stored ? MHD_RESPMEM_MUST_FREE
 									     : MHD_RESPMEM_PERSISTENT);

@@ -129,6 +129,7 @@ static int f_recipe(void *ctx, const char *path, uint8_t **buf, size_t *len, str
 static int f_get_chunk(void *ctx, const struct dmar_id *id, struct dmar_wire_chunk *c, uint8_t **buf,
 		       struct dmar_error *err)
 {
+	/* a buffer also on failure: the server frees it whatever the return */
 	if (!(*buf = malloc(5)))
 		return -ENOMEM;
 	memcpy(*buf, "hello", 5);
