@@ -4,10 +4,9 @@
  * values near normal of scale 0.02 (tests/unit/prng.h fill_floats), as
  * bf16 (WIDTH 2) or fp32 (WIDTH 4), little-endian.  For the tests and
  * benchmarks of the wire's byte-grouped frames; the same seed gives the
- * same bytes.
+ * same bytes.  Needs nothing of the build (scripts/bench-net compiles it
+ * on its own, for builds of older trees too).
  */
-#include "config.h"
-
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
