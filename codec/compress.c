@@ -61,12 +61,9 @@ static size_t planes_compress(ZSTD_CCtx *c, void *dst, size_t cap, const uint8_t
 	return out.pos;
 }
 
-bool dmar_compress_probe(ZSTD_CCtx *probe, const void *p, size_t len)
-{
-	return dmar_compress_choose(probe, p, len, false) == DMAR_ZX_PLAIN;
-}
-
-enum dmar_zx dmar_compress_choose(ZSTD_CCtx *probe, const void *p, size_t len, bool grouped_only)
+/* The probe over the forms asked for: plain, the grouped ones, or both
+ * (compress.h, dmar_compress_choose). */
+static enum dmar_zx probe_forms(ZSTD_CCtx *probe, const void *p, size_t len, bool plain, bool grouped)
 {
 	enum { S = PROBE_N * PROBE_S };
 	if (len < DMAR_COMPRESS_MIN)
@@ -74,31 +71,41 @@ enum dmar_zx dmar_compress_choose(ZSTD_CCtx *probe, const void *p, size_t len, b
 	if (len < DMAR_COMPRESS_SAMPLED)
 		/* samples would overlap, repeating bytes that then look
 		 * compressible; and too few values for grouping to show */
-		return grouped_only ? DMAR_ZX_RAW : DMAR_ZX_PLAIN;
-	uint8_t sample[S], grouped[S], out[S + 512];
+		return plain ? DMAR_ZX_PLAIN : DMAR_ZX_RAW;
+	uint8_t sample[S], planes[S], out[S + 512];
 	sample_take(sample, p, len);
 	size_t best = S - S / 16 + 1;
 	enum dmar_zx zx = DMAR_ZX_RAW;
 	ZSTD_CCtx_reset(probe, ZSTD_reset_session_and_parameters);
 	ZSTD_CCtx_setParameter(probe, ZSTD_c_compressionLevel, PROBE_LEVEL);
-	if (!grouped_only) {
+	if (plain) {
 		size_t c = ZSTD_compress2(probe, out, sizeof(out), sample, S);
 		if (!ZSTD_isError(c) && c < best) {
-			if (c <= S - S / 3)
+			if (!grouped || c <= S - S / 3)
 				return DMAR_ZX_PLAIN;
 			best = c - S / 32; /* what a grouped form must beat */
 			zx = DMAR_ZX_PLAIN;
 		}
 	}
-	for (unsigned w = 2; w <= DMAR_BGROUP_MAX_WIDTH; w *= 2) {
-		dmar_bgroup_split(grouped, sample, S, w);
-		size_t c = planes_compress(probe, out, sizeof(out), grouped, S, w);
+	for (unsigned w = 2; grouped && w <= DMAR_BGROUP_MAX_WIDTH; w *= 2) {
+		dmar_bgroup_split(planes, sample, S, w);
+		size_t c = planes_compress(probe, out, sizeof(out), planes, S, w);
 		if (!ZSTD_isError(c) && c < best) {
 			best = c;
 			zx = (enum dmar_zx)w;
 		}
 	}
 	return zx;
+}
+
+bool dmar_compress_probe(ZSTD_CCtx *probe, const void *p, size_t len)
+{
+	return probe_forms(probe, p, len, true, false) == DMAR_ZX_PLAIN;
+}
+
+enum dmar_zx dmar_compress_choose(ZSTD_CCtx *probe, const void *p, size_t len, bool grouped_only)
+{
+	return probe_forms(probe, p, len, !grouped_only, true);
 }
 
 size_t dmar_chunk_frame_decode(ZSTD_DCtx *dctx, void *dst, size_t len, const void *src, size_t stored,
@@ -229,6 +236,14 @@ const struct dmar_bytepack *dmar_zchunk_pack(const struct dmar_zchunk *z)
 
 size_t dmar_zchunk_compress(struct dmar_zchunk *z, void *dst, size_t cap, const void *src, size_t len)
 {
+	return dmar_zchunk_compress_as(z, dst, cap, src, len, DMAR_ZX_PLAIN);
+}
+
+size_t dmar_zchunk_compress_as(struct dmar_zchunk *z, void *dst, size_t cap, const void *src, size_t len,
+			       enum dmar_zx zx)
+{
+	if (zx != DMAR_ZX_PLAIN && zx != DMAR_ZX_G2 && zx != DMAR_ZX_G4)
+		return 0;
 	/* No room past what pays: zstd gives up there instead of finishing
 	 * a frame that would be thrown away. */
 	size_t limit = len - len / 32;
@@ -236,33 +251,20 @@ size_t dmar_zchunk_compress(struct dmar_zchunk *z, void *dst, size_t cap, const 
 		return 0;
 	if (cap > limit - 1)
 		cap = limit - 1;
-	size_t c = ZSTD_compress2(z->cctx, dst, cap, src, len);
-	if (ZSTD_isError(c) || c == 0 || !dmar_compress_pays(len, c))
-		return 0;
-	return c;
-}
-
-size_t dmar_zchunk_compress_as(struct dmar_zchunk *z, void *dst, size_t cap, const void *src, size_t len,
-			       enum dmar_zx zx)
-{
-	if (zx == DMAR_ZX_PLAIN)
-		return dmar_zchunk_compress(z, dst, cap, src, len);
-	if (zx != DMAR_ZX_G2 && zx != DMAR_ZX_G4)
-		return 0;
-	size_t limit = len - len / 32;
-	if (limit == 0)
-		return 0;
-	if (cap > limit - 1)
-		cap = limit - 1;
-	if (len > z->grouped_cap) {
-		uint8_t *g = realloc(z->grouped, len);
-		if (!g)
-			return 0;
-		z->grouped = g;
-		z->grouped_cap = len;
+	size_t c;
+	if (zx == DMAR_ZX_PLAIN) {
+		c = ZSTD_compress2(z->cctx, dst, cap, src, len);
+	} else {
+		if (len > z->grouped_cap) {
+			uint8_t *g = realloc(z->grouped, len);
+			if (!g)
+				return 0;
+			z->grouped = g;
+			z->grouped_cap = len;
+		}
+		dmar_bgroup_split(z->grouped, src, len, (unsigned)zx);
+		c = planes_compress(z->cctx, dst, cap, z->grouped, len, (unsigned)zx);
 	}
-	dmar_bgroup_split(z->grouped, src, len, (unsigned)zx);
-	size_t c = planes_compress(z->cctx, dst, cap, z->grouped, len, (unsigned)zx);
 	if (ZSTD_isError(c) || c == 0 || !dmar_compress_pays(len, c))
 		return 0;
 	return c;

@@ -158,6 +158,9 @@ static void test_choose(void **state)
 	fill_floats(p, len, 2, 21);
 	assert_int_equal(dmar_compress_choose(c, p, len, false), DMAR_ZX_G2);
 	assert_int_equal(dmar_compress_choose(c, p + 1, len - 1, false), DMAR_ZX_G2); /* cut mid-value */
+	/* The plain-only probe (the store's, the tree body's) still says
+	 * plain zstd pays on it: the grouped forms are no candidates there. */
+	assert_true(dmar_compress_probe(c, p, len));
 	size_t plain = dmar_zchunk_compress(zc, z, ZSTD_compressBound(len), p, len);
 	size_t g2 = dmar_zchunk_compress_as(zc, z, ZSTD_compressBound(len), p, len, DMAR_ZX_G2);
 	print_message("bf16 %zu bytes: plain frame %zu, grouped %zu\n", len, plain, g2);
