@@ -404,6 +404,8 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 		free(buf);
 		return;
 	}
+	if (ino == FUSE_ROOT_ID && !strcmp(name, "user.dmar.check"))
+		idle_settle(FS(req), false); /* the check sees no encode pending */
 	reply_xattr(req, ns_getxattr(FS(req), INO(req, ino), name, buf, size), buf, size);
 	free(buf);
 }
@@ -568,13 +570,22 @@ static void do_write(fuse_req_t req, fuse_ino_t ino, off_t off, size_t size, str
 	struct inode *i = INO(req, ino);
 	/* O_APPEND appends at our size, not at the kernel's idea of it,
 	 * like pwrite on an O_APPEND file descriptor. */
-	pthread_rwlock_wrlock(&i->lock);
-	uint64_t at = (fi->flags & O_APPEND) ? i->f.size : (uint64_t)off;
-	int r = dmar_file_write_with(&i->f, &fs->cfg.ctx, at, size, copy, ctx);
-	if (!r)
-		i->mtime = i->ctime = ns_now();
-	bool kill = (i->mode & (S_ISUID | S_ISGID)) || i->nxa;
-	pthread_rwlock_unlock(&i->lock);
+	int r;
+	bool kill;
+	for (int tries = 0;; tries++) {
+		pthread_rwlock_wrlock(&i->lock);
+		uint64_t at = (fi->flags & O_APPEND) ? i->f.size : (uint64_t)off;
+		r = dmar_file_write_with(&i->f, &fs->cfg.ctx, at, size, copy, ctx);
+		if (!r)
+			i->mtime = i->ctime = ns_now();
+		kill = (i->mode & (S_ISUID | S_ISGID)) || i->nxa;
+		pthread_rwlock_unlock(&i->lock);
+		/* Full: the encodes still pending may free room (an ENOSPC
+		 * comes before any byte is copied, so the write can be
+		 * tried again). */
+		if (r != -ENOSPC || tries || !idle_settle(fs, true))
+			break;
+	}
 	if (r) {
 		fuse_reply_err(req, -r);
 		return;
@@ -598,8 +609,8 @@ static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	count_req(FSOP_FLUSH);
 	(void)fi;
 	/* Every close(2) waits for this: a file closed is a file recorded,
-	 * as its extents are now (the encode comes at the last close, off
-	 * the application's path, and records what it changes). */
+	 * as its extents are now (the encode comes after the last close, in
+	 * the background, and records what it changes). */
 	struct inode *i = INO(req, ino);
 	int r = S_ISREG(i->mode) ? persist_sync(FS(req), i) : 0;
 	fuse_reply_err(req, -r);
@@ -615,9 +626,13 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	if (i->opens)
 		i->opens--;
 	bool last = i->opens == 0 && S_ISREG(i->mode);
+	/* The room a file's last extent kept for appends goes back now. */
+	if (last)
+		dmar_file_trim(&i->f, &fs->cfg.ctx);
 	pthread_rwlock_unlock(&i->lock);
-	/* Hold a reference across the encode: after the reply the kernel may
-	 * forget the inode (an unlinked file), which would free it. */
+	/* Hold a reference until the file is queued or encoded: after the
+	 * reply the kernel may forget the inode (an unlinked file), which
+	 * would free it. */
 	pthread_mutex_lock(&fs->ns);
 	last = last && i->nlink > 0;
 	if (last)
@@ -625,15 +640,15 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	else
 		ns_inode_maybe_free(fs, i); /* the last close of an unlinked file */
 	pthread_mutex_unlock(&fs->ns);
+	/* The last close is when a file is most likely complete: it is due
+	 * for its encode (idle.h), which the encoder thread does at its own
+	 * priority.  The trim is recorded by the sync that follows the encode
+	 * (or here, when nothing is left to encode). */
+	bool queued = last && fs->cfg.ctx.encode != DMAR_ENCODE_NONE && idle_note_close(fs, i);
 	fuse_reply_err(req, 0);
-	/* The last close is when a file is most likely complete: encode it
-	 * now, after the reply (the kernel does not wait for RELEASE, so this
-	 * is off the application's path anyway), and record the result. */
 	if (last) {
-		pthread_rwlock_wrlock(&i->lock);
-		dmar_file_trim(&i->f, &fs->cfg.ctx);
-		pthread_rwlock_unlock(&i->lock);
-		ns_encode(fs, i, &fs->cfg.ctx, 1);
+		if (!queued)
+			ns_encode(fs, i, &fs->cfg.ctx, 1);
 		(void)persist_sync(fs, i);
 		ns_forget(fs, i, 1);
 	}
@@ -644,15 +659,10 @@ static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_f
 	count_req(FSOP_FSYNC);
 	(void)datasync;
 	(void)fi;
-	struct dmarfs *fs = FS(req);
+	/* Recorded before the reply; not encoded (a database fsyncs at
+	 * every commit: its files are encoded once they rest, idle.h). */
 	struct inode *i = INO(req, ino);
-	/* fsync is where a file is known to be in a consistent state:
-	 * encode it, and record it before the reply. */
-	int r = 0;
-	if (S_ISREG(i->mode)) {
-		ns_encode(fs, i, &fs->cfg.ctx, 3);
-		r = persist_sync(fs, i);
-	}
+	int r = S_ISREG(i->mode) ? persist_sync(FS(req), i) : 0;
 	fuse_reply_err(req, -r);
 }
 
@@ -726,6 +736,8 @@ static void op_statfs(fuse_req_t req, fuse_ino_t ino)
 	count_req(FSOP_STATFS);
 	(void)ino;
 	struct dmarfs *fs = FS(req);
+	/* The space as the closed files' encodes leave it (idle.h). */
+	idle_settle(fs, false);
 	struct dmar_arena *a = fs->cfg.ctx.arena;
 	struct statvfs sv;
 	memset(&sv, 0, sizeof(sv));
@@ -754,11 +766,16 @@ static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, of
 	(void)fi;
 	struct dmarfs *fs = FS(req);
 	struct inode *i = INO(req, ino);
-	pthread_rwlock_wrlock(&i->lock);
-	int r = dmar_file_fallocate(&i->f, &fs->cfg.ctx, mode, off, len);
-	if (!r)
-		i->mtime = i->ctime = ns_now();
-	pthread_rwlock_unlock(&i->lock);
+	int r;
+	for (int tries = 0;; tries++) {
+		pthread_rwlock_wrlock(&i->lock);
+		r = dmar_file_fallocate(&i->f, &fs->cfg.ctx, mode, off, len);
+		if (!r)
+			i->mtime = i->ctime = ns_now();
+		pthread_rwlock_unlock(&i->lock);
+		if (r != -ENOSPC || tries || !idle_settle(fs, true)) /* as do_write */
+			break;
+	}
 	fuse_reply_err(req, -r);
 }
 

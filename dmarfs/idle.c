@@ -7,7 +7,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "idle.h"
 #include "ns.h"
@@ -16,6 +18,14 @@
 /* How often the thread also sees whether the journal wants a
  * checkpoint. */
 #define CKPT_SECONDS 2
+
+/* last_write of a file closed since its last write: due at once (the
+ * monotonic clock is past 0 by the time a mount exists). */
+#define CLOSED 0
+/* last_write of the files an attached arena holds unencoded: due at once
+ * too, but not settled by statfs or the check (idle_settle), which must
+ * not wait for a re-attach's backlog. */
+#define LONG_AGO 1
 
 uint64_t idle_now(void)
 {
@@ -39,17 +49,54 @@ void idle_note_write(struct dmarfs *fs, struct inode *i, uint64_t now_s)
 	pthread_mutex_unlock(&fs->ns);
 }
 
-/* Take the files of the idle list that have had no write for
- * IDLE_SECONDS off it, into *due (grown as needed); how many.  ns held.
- * One pass: every file written in the last seconds is on the list (a git
- * clone puts thousands there), and a walk from the head for each file
- * encoded held the namespace lock for most of a clone. */
-static size_t take_due(struct dmarfs *fs, uint64_t now_s, struct inode ***due, size_t *cap)
+bool idle_note_close(struct dmarfs *fs, struct inode *i)
+{
+	pthread_mutex_lock(&fs->ns);
+	bool queued = fs->idle_running && !fs->idle_stop;
+	if (queued) {
+		__atomic_store_n(&i->last_write, CLOSED, __ATOMIC_RELAXED);
+		if (!i->queued) {
+			i->queued = true;
+			i->nlookup++;
+			i->idle_next = fs->idle_head;
+			fs->idle_head = i;
+		}
+		fs->idle_kick = true;
+		pthread_cond_signal(&fs->idle_cond);
+	}
+	pthread_mutex_unlock(&fs->ns);
+	return queued;
+}
+
+/* Which files a pass takes: those due at now_s, the closed ones only, or
+ * all. */
+enum pick { DUE, CLOSED_ONLY, ALL };
+
+static bool picked(const struct inode *i, enum pick how, uint64_t now_s)
+{
+	uint64_t w = __atomic_load_n(&i->last_write, __ATOMIC_RELAXED);
+	switch (how) {
+	case DUE:
+		return w == CLOSED || now_s - w >= IDLE_SECONDS;
+	case CLOSED_ONLY:
+		return w == CLOSED;
+	case ALL:
+		break;
+	}
+	return true;
+}
+
+/* Take the files of the idle list that how picks off it, into *due
+ * (grown as needed); how many.  ns held.  One pass: every file written in
+ * the last seconds is on the list (a git clone puts thousands there), and
+ * a walk from the head for each file encoded held the namespace lock for
+ * most of a clone. */
+static size_t take(struct dmarfs *fs, enum pick how, uint64_t now_s, struct inode ***due, size_t *cap)
 {
 	size_t n = 0;
 	for (struct inode **p = &fs->idle_head; *p;) {
 		struct inode *i = *p;
-		if (now_s - __atomic_load_n(&i->last_write, __ATOMIC_RELAXED) < IDLE_SECONDS) {
+		if (!picked(i, how, now_s)) {
 			p = &i->idle_next;
 			continue;
 		}
@@ -69,12 +116,12 @@ static size_t take_due(struct dmarfs *fs, uint64_t now_s, struct inode ***due, s
 	return n;
 }
 
-size_t idle_encode_due(struct dmarfs *fs, uint64_t now_s)
+static size_t encode_picked(struct dmarfs *fs, enum pick how, uint64_t now_s)
 {
 	struct inode **due = NULL;
 	size_t cap = 0;
 	pthread_mutex_lock(&fs->ns);
-	size_t n = fs->idle_stop ? 0 : take_due(fs, now_s, &due, &cap);
+	size_t n = fs->idle_stop ? 0 : take(fs, how, now_s, &due, &cap);
 	for (size_t k = 0; k < n; k++) {
 		struct inode *i = due[k];
 		bool live = !fs->idle_stop && i->nlink > 0 && S_ISREG(i->mode);
@@ -93,22 +140,46 @@ size_t idle_encode_due(struct dmarfs *fs, uint64_t now_s)
 	return n;
 }
 
+size_t idle_encode_due(struct dmarfs *fs, uint64_t now_s)
+{
+	return encode_picked(fs, DUE, now_s);
+}
+
+size_t idle_settle(struct dmarfs *fs, bool all)
+{
+	return encode_picked(fs, all ? ALL : CLOSED_ONLY, 0);
+}
+
 static void *idle_main(void *arg)
 {
 	struct dmarfs *fs = arg;
-	uint64_t next_ckpt = idle_now() + CKPT_SECONDS;
+	(void)pthread_setname_np(pthread_self(), "dmarfs-encode");
+	/* Tests of the settle points hold the thread's own encoding back. */
+	static uint64_t pause_once;
+	bool paused = ns_env_knob("DMARFS_ENCODER_PAUSE", 0, &pause_once) != 0;
+	/* This thread only: Linux's nice is per thread. */
+	if (setpriority(PRIO_PROCESS, (id_t)gettid(), IDLE_NICE) != 0)
+		perror("dmarfs: the encoder thread's priority (encoding runs at the writers' then)");
+	uint64_t next_ckpt = idle_now() + CKPT_SECONDS, next_tick = 0;
 	pthread_mutex_lock(&fs->ns);
 	while (!fs->idle_stop) {
-		struct timespec until;
-		clock_gettime(CLOCK_REALTIME, &until);
-		until.tv_sec += 1;
-		pthread_cond_timedwait(&fs->idle_cond, &fs->ns, &until);
+		if (!fs->idle_kick) {
+			struct timespec until;
+			clock_gettime(CLOCK_REALTIME, &until);
+			until.tv_sec += 1;
+			pthread_cond_timedwait(&fs->idle_cond, &fs->ns, &until);
+		}
+		fs->idle_kick = false;
 		if (fs->idle_stop)
 			break;
 		pthread_mutex_unlock(&fs->ns);
 		uint64_t now_s = idle_now();
-		idle_encode_due(fs, now_s);
-		ns_tick(fs);
+		if (!paused)
+			idle_encode_due(fs, now_s);
+		if (now_s >= next_tick) { /* once a second, however often closes wake it */
+			next_tick = now_s + 1;
+			ns_tick(fs);
+		}
 		if (now_s >= next_ckpt) {
 			next_ckpt = now_s + CKPT_SECONDS;
 			int r = persist_checkpoint(fs, false);
@@ -129,6 +200,7 @@ void idle_start(struct dmarfs *fs)
 	for (struct inode *i = fs->all; fs->idle_running && i; i = i->all_next) {
 		if (!S_ISREG(i->mode) || !i->f.dirty || i->queued || !i->nlink)
 			continue;
+		__atomic_store_n(&i->last_write, LONG_AGO, __ATOMIC_RELAXED);
 		i->queued = true;
 		i->nlookup++;
 		i->idle_next = fs->idle_head;

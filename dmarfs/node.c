@@ -477,6 +477,7 @@ static int op_stat(void *ctx, const char *path, json_t **out, struct dmar_error 
 		snprintf(leaf, sizeof(leaf), "%.*s", (int)(slash - b), b);
 		name = leaf;
 	}
+	ns_settle(fs, i); /* its figures as the encode at close gives them */
 	pthread_rwlock_rdlock(&i->lock);
 	json_t *o = stat_json(fs, i, name, nl, true);
 	pthread_rwlock_unlock(&i->lock);

@@ -931,6 +931,8 @@ ssize_t ns_getxattr(struct dmarfs *fs, struct inode *i, const char *name, void *
 		free(rep);
 		return n;
 	}
+	if (!strncmp(name, XATTR_PREFIX, strlen(XATTR_PREFIX)))
+		ns_settle(fs, i);
 	pthread_rwlock_rdlock(&i->lock);
 	int n = virtual_xattr(fs, i, name, tmp, sizeof(tmp));
 	if (n >= (int)sizeof(tmp))
@@ -1117,4 +1119,15 @@ void ns_encode_source(struct dmarfs *fs, struct inode *i)
 {
 	if (S_ISREG(i->mode) && fs->cfg.ctx.encode != DMAR_ENCODE_NONE && __atomic_load_n(&i->f.dirty, __ATOMIC_RELAXED))
 		ns_encode(fs, i, &fs->cfg.ctx, 3);
+}
+
+void ns_settle(struct dmarfs *fs, struct inode *i)
+{
+	if (!S_ISREG(i->mode))
+		return;
+	pthread_rwlock_rdlock(&i->lock);
+	bool closed = i->opens == 0;
+	pthread_rwlock_unlock(&i->lock);
+	if (closed)
+		ns_encode_source(fs, i);
 }

@@ -100,11 +100,12 @@ struct dmarfs {
 	uint64_t inodes;     /* protected by ns */
 	/* Files written to and not encoded since: the idle encoder's work
 	 * list.  Each listed inode holds a lookup reference.  Protected by
-	 * ns; idle_cond (with ns) wakes the encoder thread to stop. */
+	 * ns; idle_cond (with ns) wakes the encoder thread for a closed file
+	 * or to stop. */
 	struct inode *idle_head;
 	pthread_cond_t idle_cond;
 	pthread_t idle_thread;
-	bool idle_running, idle_stop;
+	bool idle_running, idle_stop, idle_kick; /* kick: a close queued a file */
 	struct inode *grave;  /* see ns_inode_maybe_free; protected by ns */
 	/* Every live inode, linked or not: an unlinked one the kernel still
 	 * knows (an open file, an expired dentry's) is in no directory, and
@@ -290,6 +291,11 @@ int ns_encode(struct dmarfs *fs, struct inode *i, struct dmar_fsctx *c, int trie
 /* Before a copy shares i's chunks (dmar_file_share would encode i itself,
  * in one go, without a sync between steps): encode it, if it needs it. */
 void ns_encode_source(struct dmarfs *fs, struct inode *i);
+/* Before an answer that shows what encoding gives (user.dmar.*, a REST
+ * stat): encode i now if it is closed and has pending writes (idle.h: the
+ * encode of a closed file runs in the background).  A file still open is
+ * left to the idle rule. */
+void ns_settle(struct dmarfs *fs, struct inode *i);
 
 /* ---- what persist.c replays through (ns held; no record is made) ---- */
 

@@ -2,8 +2,12 @@
 # SPDX-License-Identifier: MIT
 #
 # tests/fs/idle.sh - a file held open is encoded once it has not been
-# written for a while (5 s), not only at close or fsync; a new write makes
-# it partly raw again, and it is encoded again later.
+# written for a while (5 s), not only after its close; a new write makes
+# it partly raw again, and it is encoded again later.  The encoder is one
+# thread at nice 19, and what encoding gives is settled where it is asked
+# for (a closed file's user.dmar.*, statfs, the check, a full arena): with
+# the thread held back (DMARFS_ENCODER_PAUSE), copies of one file still fit
+# an arena that holds one of them raw only a few times.
 . "$(dirname "$0")/lib.sh"
 
 fs_setup
@@ -42,5 +46,31 @@ f.close()
 PY
 check "content survives: size is 4 MiB + 10"
 [ "$(stat -c %s "$m/held")" = $((4 * 1048576 + 10)) ] || fail "size is $(stat -c %s "$m/held")"
+check "the encoder is one thread, dmarfs-encode, at nice 19"
+enc=$(ps -L -o comm=,nice= -p "$MNT_PID" | awk '$1 == "dmarfs-encode" { print $2 }')
+[ "$enc" = 19 ] || fail "encoder thread: '$enc' (ps -L: $(ps -L -o comm=,nice= -p "$MNT_PID" | tr '\n' ' '))"
+fs_umount "$m"
+
+check "encoder held back: 8 closed copies of a 12 MiB file in a 48 MiB arena"
+DMARFS_ENCODER_PAUSE=1 fs_mount "size=48m,encode=dedup"
+m=$MNT
+mkprng "$T/src" 12582912 7
+want=$(digest "$T/src")
+u0=$(used_bytes "$m")
+cp "$T/src" "$m/c0" || fail "cp c0"
+# (the kernel sends the close after cp exits: a few reads may come first)
+wait_state "$m/c0" encoded 5
+for k in 1 2 3 4 5 6 7; do
+	# each write past the room the raw copies leave encodes the waiting ones
+	cp "$T/src" "$m/c$k" || fail "cp c$k: the full arena did not settle the pending encodes"
+done
+wait_used_below "$m" $((u0 + 16 * 1048576)) 5 ||
+	fail "statfs did not settle: $(mib $(($(used_bytes "$m") - u0))) used"
+say "  used after 8 copies (statfs settles): $(mib $(($(used_bytes "$m") - u0)))"
+for k in 0 1 2 3 4 5 6 7; do
+	[ "$(digest "$m/c$k")" = "$want" ] || fail "c$k differs"
+	[ "$(xattr "$m/c$k" user.dmar.state)" = encoded ] || fail "c$k: $(xattr "$m/c$k" user.dmar.state)"
+done
+check_arena "$m" "the arena after the settled copies"
 fs_umount "$m"
 say "PASS: idle encoding"
