@@ -96,7 +96,8 @@ int dmar_kmod_attach(struct dmar_kmod *k, const char *name, struct dmar_error *e
 	return r;
 }
 
-int dmar_kmod_create(struct dmar_kmod *k, uint64_t size, uint32_t page_size, struct dmar_error *err)
+int dmar_kmod_create(struct dmar_kmod *k, const char *prefix, uint64_t size, uint32_t page_size,
+		     struct dmar_error *err)
 {
 	int r = open_dev(k, err);
 	if (r < 0)
@@ -106,7 +107,7 @@ int dmar_kmod_create(struct dmar_kmod *k, uint64_t size, uint32_t page_size, str
 	uint64_t rnd = 0;
 	if (getrandom(&rnd, sizeof(rnd), GRND_NONBLOCK) != sizeof(rnd))
 		rnd = (uint64_t)getpid() << 20 ^ (uint64_t)(uintptr_t)k;
-	snprintf(c.name, sizeof(c.name), "dmarfs-new-%016llx", (unsigned long long)rnd);
+	snprintf(c.name, sizeof(c.name), "%.40s%016llx", prefix, (unsigned long long)rnd);
 	if (ioctl(k->fd, DMAR_ARENA_IOC_CREATE, &c) < 0) {
 		r = -errno;
 		dmar_kmod_close(k);
@@ -117,6 +118,16 @@ int dmar_kmod_create(struct dmar_kmod *k, uint64_t size, uint32_t page_size, str
 	if ((r = map(k, err)) < 0)
 		dmar_kmod_close(k);
 	return r;
+}
+
+int dmar_kmod_export(struct dmar_kmod *k, uint64_t off, uint64_t len, struct dmar_error *err)
+{
+	struct dmar_arena_export e = { .struct_size = sizeof(e), .flags = O_RDWR | O_CLOEXEC, .offset = off,
+				       .length = len };
+	if (ioctl(k->fd, DMAR_ARENA_IOC_EXPORT, &e) < 0)
+		return dmar_error_set(err, -errno, DMAR_KMOD_DEVICE ": a dma-buf of [%llu, %llu): %s",
+				      (unsigned long long)off, (unsigned long long)(off + len), strerror(errno));
+	return e.fd;
 }
 
 int dmar_kmod_publish(struct dmar_kmod *k, const char *name)

@@ -40,8 +40,14 @@ struct dmar_kmod {
  * process: mounted), -errno, with err. */
 int dmar_kmod_attach(struct dmar_kmod *k, const char *name, struct dmar_error *err);
 /* Make a new arena of size bytes (page_size 4096 or 2 MiB) under a
- * temporary name, bound exclusively, and map it: 0 or -errno with err. */
-int dmar_kmod_create(struct dmar_kmod *k, uint64_t size, uint32_t page_size, struct dmar_error *err);
+ * temporary name (prefix and 16 random hex digits), bound exclusively,
+ * without KEEP, and map it: 0 or -errno with err. */
+int dmar_kmod_create(struct dmar_kmod *k, const char *prefix, uint64_t size, uint32_t page_size,
+		     struct dmar_error *err);
+/* A dma-buf of [off, off + len) of the bound arena (multiples of 4096):
+ * its fd (O_RDWR, O_CLOEXEC), which holds the arena's pages until it and
+ * every importer let go, or -errno with err. */
+int dmar_kmod_export(struct dmar_kmod *k, uint64_t off, uint64_t len, struct dmar_error *err);
 /* The bound arena takes name and is kept: 0, -EEXIST, -errno. */
 int dmar_kmod_publish(struct dmar_kmod *k, const char *name);
 /* Take the arena's name away: it goes with its last user. 0 or -errno. */

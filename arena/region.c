@@ -584,7 +584,8 @@ static int kmod_open(struct dmar_region *r, const struct dmar_arena_opts *o, boo
 {
 	struct dmar_kmod k;
 	uint32_t ps = o->pagesize == (uint64_t)sysconf(_SC_PAGESIZE) ? 4096u : 2u << 20;
-	int e = attach ? dmar_kmod_attach(&k, o->name, err) : dmar_kmod_create(&k, round_up(o->size, ps), ps, err);
+	int e = attach ? dmar_kmod_attach(&k, o->name, err)
+		       : dmar_kmod_create(&k, "dmarfs-new-", round_up(o->size, ps), ps, err);
 	if (e < 0)
 		return e;
 	mapped(r, k.base, k.size, k.fd, DMAR_BACKING_KMOD, k.page_size);

@@ -169,6 +169,7 @@ int cmd_nodes(int argc, char **argv);
 int cmd_watch(int argc, char **argv);
 int cmd_arenas(int argc, char **argv);
 int cmd_fsck(int argc, char **argv);
+int cmd_export_dmabuf(int argc, char **argv);
 int cmd_check(int argc, char **argv);
 
 #endif /* DMAR_CLI_H */

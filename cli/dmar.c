@@ -49,6 +49,7 @@ static const char usage_text[] =
 	"  arenas [--json] | --drop NAME... the arenas mounts keep; free unused ones\n"
 	"  fsck   NAME                      check an arena no mount uses\n"
 	"  check  MOUNTPOINT                check a mounted arena\n"
+	"  export-dmabuf FILE -- COMMAND    FILE's bytes in a dma-buf, for COMMAND\n"
 	"\n"
 	"Run `dmar COMMAND --help` for the options of each command.\n"
 	"  -h, --help       this help\n"
@@ -773,6 +774,7 @@ int main(int argc, char **argv)
 		{ "arenas", cmd_arenas },
 		{ "fsck", cmd_fsck },
 		{ "check", cmd_check },
+		{ "export-dmabuf", cmd_export_dmabuf },
 	};
 	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
 		if (!strcmp(cmd, cmds[i].name)) {

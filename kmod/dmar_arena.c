@@ -445,9 +445,35 @@ static void vm_close(struct vm_area_struct *vma)
 	arena_put(vma->vm_private_data);
 }
 
+/*
+ * Pages are mapped as they are touched.  The fault hands the core the
+ * page with a reference; for a page of a 2 MiB compound unit, where the
+ * mapping's address and offset agree modulo 2 MiB (dev_fops'
+ * get_unmapped_area arranges it), the core maps the whole unit with one
+ * PMD (finish_fault, do_set_pmd) and takes the mapcount and counters
+ * as for a file's huge page; elsewhere it maps the one 4 KiB page.  The
+ * mapping is a plain one (not VM_MIXEDMAP, which the core would treat as
+ * special at unmap and leave a huge page's reference behind), so
+ * get_user_pages works on it: FUSE's replies from a dmarfs arena need
+ * it.  VM_DONTEXPAND keeps it out of mlock and khugepaged.
+ */
+static vm_fault_t vm_fault(struct vm_fault *vmf)
+{
+	struct arena *a = vmf->vma->vm_private_data;
+	struct page *p;
+
+	if (vmf->pgoff >= a->nr_pages)
+		return VM_FAULT_SIGBUS;
+	p = a->pages[vmf->pgoff];
+	get_page(p);
+	vmf->page = p;
+	return 0;
+}
+
 static const struct vm_operations_struct arena_vm_ops = {
 	.open = vm_open,
 	.close = vm_close,
+	.fault = vm_fault,
 };
 
 static void vma_dont_copy(struct vm_area_struct *vma)
@@ -460,24 +486,23 @@ static void vma_dont_copy(struct vm_area_struct *vma)
 }
 
 /* Map pages [first, first + n) of a into vma, whose vm_pgoff is relative
- * to first.
+ * to first: from here on it is the arena's page index, which the fault
+ * reads.
  */
 static int map_range(struct arena *a, struct vm_area_struct *vma, unsigned long first, unsigned long n)
 {
 	unsigned long len = vma->vm_end - vma->vm_start;
-	int r;
 
 	if (!(vma->vm_flags & VM_SHARED))
 		return -EINVAL; /* a private copy of an arena is not a thing to share */
 	if (vma->vm_pgoff >= n || len >> PAGE_SHIFT > n - vma->vm_pgoff)
 		return -EINVAL; /* past the end */
 	vma_dont_copy(vma);
+	vma->vm_pgoff += first;
 	vma->vm_ops = &arena_vm_ops;
 	vma->vm_private_data = a;
-	r = vm_map_pages(vma, a->pages + first, n);
-	if (!r)
-		arena_get(a); /* vm_ops close drops it (a failed mmap calls no close) */
-	return r;
+	arena_get(a); /* vm_ops close drops it */
+	return 0;
 }
 
 static int dev_mmap(struct file *file, struct vm_area_struct *vma)
@@ -760,6 +785,8 @@ static const struct file_operations dev_fops = {
 	.unlocked_ioctl = dev_ioctl,
 	.compat_ioctl = compat_ptr_ioctl,
 	.mmap = dev_mmap,
+	/* an address that agrees with the offset modulo 2 MiB, for PMDs */
+	.get_unmapped_area = thp_get_unmapped_area,
 };
 
 static struct miscdevice dev = {

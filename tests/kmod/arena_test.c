@@ -4,12 +4,16 @@
  * QEMU guest of tests/kmod/run.sh (built static, no libc beyond glibc's).
  *
  * Arenas of 4 KiB pages, of 2 MiB pages and contiguous: create, mmap,
- * write and read back; query; sysfs; the limits and bad arguments, each
+ * write and read back; query; sysfs; 2 MiB pages mapped with PMDs; the limits and bad arguments, each
  * with its errno; a dma-buf exported and mapped, then imported into vgem
  * (DRM_IOCTL_PRIME_FD_TO_HANDLE, as the kernel's dma-buf selftests do)
  * and given back by it, mapped and checked both ways; an arena kept after its
  * creator exits, found again; destroy.  TAP-like output; the last line is
  * "arena_test: PASS" or "arena_test: FAIL (N)".
+ *
+ * "arena_test import FILE [OFFSET]" and "arena_test recv SOCKET FILE"
+ * check a dma-buf from dmar export-dmabuf instead: inherited (its fd in
+ * DMAR_DMABUF_FD) or received over a Unix socket.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -21,6 +25,9 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -159,6 +166,91 @@ static void arena_rw(const char *name, uint64_t size, uint32_t page, uint32_t fl
 	close(fd);
 }
 
+/* A field ("FilePmdMapped:") of the mapping holding addr in
+ * /proc/self/smaps, in kB; -1 if not found. */
+static long smaps_kb(const void *addr, const char *field)
+{
+	FILE *f = fopen("/proc/self/smaps", "r");
+	char line[256];
+	int in = 0;
+	long v = -1;
+	unsigned long lo, hi;
+
+	while (f && fgets(line, sizeof(line), f)) {
+		if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2) {
+			in = (uintptr_t)addr >= lo && (uintptr_t)addr < hi;
+			continue;
+		}
+		if (in && !strncmp(line, field, strlen(field))) {
+			v = strtol(line + strlen(field), NULL, 10);
+			break;
+		}
+	}
+	if (f)
+		fclose(f);
+	return v;
+}
+
+static long meminfo_kb(const char *field)
+{
+	FILE *f = fopen("/proc/meminfo", "r");
+	char line[128];
+	long v = -1;
+
+	while (f && fgets(line, sizeof(line), f))
+		if (!strncmp(line, field, strlen(field)))
+			v = strtol(line + strlen(field), NULL, 10);
+	if (f)
+		fclose(f);
+	return v;
+}
+
+/*
+ * An arena of 2 MiB pages is mapped with PMDs (an address the module
+ * aligns); get_user_pages works through them (process_vm_readv's slow
+ * path, vmsplice's fast one), an munmap inside one splits it and the rest
+ * reads right, and every page comes back after.
+ */
+static void huge_mappings(void)
+{
+	const uint64_t size = 32 * MiB;
+	long free0 = meminfo_kb("MemFree:");
+	int fd = dev();
+
+	check(create(fd, "pmd", size, 2 * MiB, 0) == 0, "create pmd (32 MiB of 2 MiB pages)");
+	uint8_t *m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	check(m != MAP_FAILED && ((uintptr_t)m & (2 * MiB - 1)) == 0, "mmap pmd at a 2 MiB-aligned address (%p)", m);
+	if (m == MAP_FAILED)
+		return;
+	fill(m, size, 4);
+	long pmd = smaps_kb(m, "FilePmdMapped:");
+	check(pmd == (long)(size >> 10), "mapped with PMDs: FilePmdMapped %ld kB", pmd);
+	uint8_t *want = malloc(size), *got = malloc(size);
+	memcpy(want, m, size);
+	struct iovec li = { .iov_base = got, .iov_len = size }, ri = { .iov_base = m, .iov_len = size };
+	check(process_vm_readv(getpid(), &li, 1, &ri, 1, 0) == (ssize_t)size && memcmp(got, want, size) == 0,
+	      "get_user_pages through the PMDs (process_vm_readv)");
+	int p[2];
+	struct iovec vi = { .iov_base = m + 3 * MiB + 8192, .iov_len = 65536 };
+	check(pipe(p) == 0 && vmsplice(p[1], &vi, 1, 0) == 65536 && read(p[0], got, 65536) == 65536 &&
+		      memcmp(got, want + 3 * MiB + 8192, 65536) == 0,
+	      "get_user_pages_fast through them (vmsplice)");
+	close(p[0]);
+	close(p[1]);
+	check(munmap(m + 5 * MiB, MiB) == 0, "munmap 1 MiB inside a PMD");
+	check(memcmp(m, want, 5 * MiB) == 0 && memcmp(m + 6 * MiB, want + 6 * MiB, size - 6 * MiB) == 0,
+	      "the rest reads right after the split");
+	pmd = smaps_kb(m + 8 * MiB, "FilePmdMapped:");
+	check(pmd == (long)((size - 6 * MiB) >> 10), "the mapping after the hole keeps its PMDs (%ld kB)", pmd);
+	munmap(m, 5 * MiB);
+	munmap(m + 6 * MiB, size - 6 * MiB);
+	close(fd);
+	free(want);
+	free(got);
+	long free1 = meminfo_kb("MemFree:");
+	check(free1 > free0 - 8192, "the pages came back after unmap and close (MemFree %ld -> %ld kB)", free0, free1);
+}
+
 static void bad_arguments(void)
 {
 	int fd = dev();
@@ -222,6 +314,37 @@ static int vgem_card(void)
 	return -1;
 }
 
+/*
+ * buf imported into vgem and given back by it: the mapping of the
+ * dma-buf vgem makes of its handle (len bytes), or NULL.  The import
+ * attaches and maps it (the exporter's sg table, DMA-mapped for vgem's
+ * device); vgem maps no imported object itself (drm_gem_dumb_map_offset
+ * refuses), so the bytes are seen through the dma-buf it gives back.  The
+ * handle is closed before returning: the mapping holds the dma-buf.
+ */
+static uint8_t *through_vgem(int buf, size_t len)
+{
+	int card = vgem_card();
+	check(card >= 0, "vgem's /dev/dri/card");
+	if (card < 0)
+		return NULL;
+	struct drm_prime_handle h = { .fd = buf };
+	int r = ioctl(card, DRM_IOCTL_PRIME_FD_TO_HANDLE, &h);
+	check(r == 0 && h.handle != 0, "vgem imports the dma-buf (handle %u)", h.handle);
+	struct drm_prime_handle back = { .handle = h.handle, .flags = O_CLOEXEC | O_RDWR, .fd = -1 };
+	r = r ? r : ioctl(card, DRM_IOCTL_PRIME_HANDLE_TO_FD, &back);
+	check(r == 0 && back.fd >= 0, "vgem exports the handle back as a dma-buf");
+	uint8_t *v = back.fd >= 0 ? mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, back.fd, 0) : MAP_FAILED;
+	check(v != MAP_FAILED, "vgem's dma-buf maps");
+	if (back.fd >= 0)
+		close(back.fd);
+	struct drm_gem_close gc = { .handle = h.handle };
+	if (h.handle)
+		check(ioctl(card, DRM_IOCTL_GEM_CLOSE, &gc) == 0, "vgem lets it go");
+	close(card);
+	return v == MAP_FAILED ? NULL : v;
+}
+
 static void dmabuf(void)
 {
 	const uint64_t size = 4 * MiB, off = MiB, len = 2 * MiB;
@@ -238,32 +361,12 @@ static void dmabuf(void)
 	check(b != MAP_FAILED && memcmp(b, m + off, len) == 0, "the dma-buf's mapping shows its range");
 	FAILS(mmap(NULL, len + 4096, PROT_READ, MAP_SHARED, buf, 0) == MAP_FAILED ? -1 : 0, EINVAL,
 	      "mmap past the dma-buf's end");
-	int card = vgem_card();
-	check(card >= 0, "vgem's /dev/dri/card");
-	if (card >= 0) {
-		/* The import attaches and maps it (our sg table, DMA-mapped
-		 * for vgem's device); vgem maps no imported object itself
-		 * (drm_gem_dumb_map_offset refuses), so the bytes are checked
-		 * through the dma-buf vgem gives back for the handle. */
-		struct drm_prime_handle h = { .fd = buf };
-		int r = ioctl(card, DRM_IOCTL_PRIME_FD_TO_HANDLE, &h);
-		check(r == 0 && h.handle != 0, "vgem imports the dma-buf (handle %u)", h.handle);
-		struct drm_prime_handle back = { .handle = h.handle, .flags = O_CLOEXEC | O_RDWR, .fd = -1 };
-		r = ioctl(card, DRM_IOCTL_PRIME_HANDLE_TO_FD, &back);
-		check(r == 0 && back.fd >= 0, "vgem exports the handle back as a dma-buf");
-		uint8_t *v = back.fd >= 0 ? mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, back.fd, 0) : MAP_FAILED;
-		check(v != MAP_FAILED && memcmp(v, m + off, len) == 0, "that dma-buf shows the arena's bytes");
-		if (v != MAP_FAILED) {
-			memcpy(v + 4096, "written through vgem", 20);
-			check(memcmp(m + off + 4096, "written through vgem", 20) == 0,
-			      "a write through it is in the arena");
-			munmap(v, len);
-		}
-		if (back.fd >= 0)
-			close(back.fd);
-		struct drm_gem_close gc = { .handle = h.handle };
-		check(ioctl(card, DRM_IOCTL_GEM_CLOSE, &gc) == 0, "vgem lets it go");
-		close(card);
+	uint8_t *v = through_vgem(buf, len);
+	if (v) {
+		check(memcmp(v, m + off, len) == 0, "that dma-buf shows the arena's bytes");
+		memcpy(v + 4096, "written through vgem", 20);
+		check(memcmp(m + off + 4096, "written through vgem", 20) == 0, "a write through it is in the arena");
+		munmap(v, len);
 	}
 	/* The dma-buf holds the arena after every fd and mapping went. */
 	uint8_t *want = malloc(len);
@@ -348,12 +451,114 @@ static void exclusive_rename(void)
 	close(fd4);
 }
 
-int main(void)
+/* FILE's bytes: a malloc'd copy of its whole content, its size in *len. */
+static uint8_t *slurp(const char *path, size_t *len)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	off_t end = fd < 0 ? -1 : lseek(fd, 0, SEEK_END);
+	uint8_t *b = end > 0 ? malloc((size_t)end) : NULL;
+	if (!b || pread(fd, b, (size_t)end, 0) != end) {
+		printf("arena_test: cannot read %s\n", path);
+		exit(1);
+	}
+	close(fd);
+	*len = (size_t)end;
+	return b;
+}
+
+/*
+ * A dma-buf from dmar export-dmabuf (fd buf, size bytes, its first len
+ * FILE's bytes from offset off): its own mapping and vgem's round trip
+ * show those bytes, zeros after them.
+ */
+static void imported(int buf, uint64_t size, uint64_t len, const char *file, uint64_t off)
+{
+	size_t flen;
+	uint8_t *want = slurp(file, &flen);
+	check(off + len <= flen && size >= len && size % 4096 == 0, "dma-buf of %llu bytes (%llu of %s from %llu)",
+	      (unsigned long long)size, (unsigned long long)len, file, (unsigned long long)off);
+	if (off + len > flen)
+		return;
+	uint8_t *b = mmap(NULL, size, PROT_READ, MAP_SHARED, buf, 0);
+	check(b != MAP_FAILED, "the dma-buf maps");
+	if (b != MAP_FAILED) {
+		check(memcmp(b, want + off, len) == 0, "it holds the file's bytes");
+		int zero = 1;
+		for (uint64_t k = len; k < size; k++)
+			zero &= b[k] == 0;
+		check(zero, "zeros after them, to its end");
+		munmap(b, size);
+	}
+	uint8_t *v = through_vgem(buf, size);
+	if (v) {
+		check(memcmp(v, want + off, len) == 0, "vgem's import of it holds the file's bytes");
+		munmap(v, size);
+	}
+	free(want);
+}
+
+static uint64_t env_num(const char *name)
+{
+	const char *v = getenv(name);
+	if (!v) {
+		printf("arena_test: no %s\n", name);
+		exit(1);
+	}
+	return strtoull(v, NULL, 10);
+}
+
+/* arena_test import FILE [OFFSET]: the dma-buf this process inherited. */
+static int mode_import(const char *file, uint64_t off)
+{
+	imported((int)env_num("DMAR_DMABUF_FD"), env_num("DMAR_DMABUF_SIZE"), env_num("DMAR_DMABUF_LENGTH"), file, off);
+	return failures != 0;
+}
+
+/* arena_test recv SOCKET FILE: listen at SOCKET, take one dma-buf sent
+ * with its "dmabuf SIZE LENGTH" line, check it. */
+static int mode_recv(const char *sock, const char *file)
+{
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	snprintf(a.sun_path, sizeof(a.sun_path), "%s", sock);
+	int l = socket(AF_UNIX, SOCK_STREAM, 0);
+	unlink(sock);
+	if (l < 0 || bind(l, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(l, 1) < 0) {
+		perror(sock);
+		return 1;
+	}
+	int s = accept(l, NULL, NULL);
+	char line[64] = { 0 };
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	struct iovec io = { .iov_base = line, .iov_len = sizeof(line) - 1 };
+	struct msghdr m = { .msg_iov = &io, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof(u.buf) };
+	ssize_t got = s < 0 ? -1 : recvmsg(s, &m, 0);
+	struct cmsghdr *c = got > 0 ? CMSG_FIRSTHDR(&m) : NULL;
+	unsigned long long size = 0, len = 0;
+	int fd = -1;
+	if (c && c->cmsg_type == SCM_RIGHTS)
+		memcpy(&fd, CMSG_DATA(c), sizeof(int));
+	check(fd >= 0 && sscanf(line, "dmabuf %llu %llu", &size, &len) == 2, "a dma-buf came with '%.*s'",
+	      (int)strcspn(line, "\n"), line);
+	if (fd >= 0)
+		imported(fd, size, len, file, 0);
+	unlink(sock);
+	return failures != 0;
+}
+
+int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
+	if (argc >= 3 && !strcmp(argv[1], "import"))
+		return mode_import(argv[2], argc > 3 ? strtoull(argv[3], NULL, 0) : 0);
+	if (argc == 4 && !strcmp(argv[1], "recv"))
+		return mode_recv(argv[2], argv[3]);
 	arena_rw("a4k", 8 * MiB, 4096, 0);
 	arena_rw("a2m", 16 * MiB, 2 * MiB, 0);
 	arena_rw("contig", 2 * MiB, 4096, DMAR_ARENA_CONTIG);
+	huge_mappings();
 	bad_arguments();
 	dmabuf();
 	kept();

@@ -19,7 +19,8 @@
 # intact), the daemon is killed with SIGKILL and the next mount of the
 # same name detaches the dead mount and has every file closed before the
 # kill; `dmarfs --arenas` lists the arena (backing kmod) and --drop frees
-# it.
+# it.  dmar export-dmabuf puts a file of the mount in a dma-buf, to a
+# command and over a Unix socket, which arena_test imports into vgem.
 #
 # Skips (exit 77) with a message when the headers, the kernel image, qemu
 # or busybox-static are missing (scripts/install-deps installs them).
@@ -101,16 +102,18 @@ if [ -n "$DMARFS_BIN" ] && [ -x "$DMARFS_BIN" ] && [ -f "/lib/modules/$KVER/kern
 		WITH_DMARFS=1
 		mkdir -p "$R/lib64" "$R/lib/x86_64-linux-gnu" "$R/mnt/d" "$R/tmp" "$R/etc"
 		cp "$DMARFS_BIN" "$R/bin/dmarfs"
-		ldd "$DMARFS_BIN" | awk '$3 ~ /^\// { print $3 } $1 ~ /^\/lib64\// { print $1 }' | while read -r lib; do
-			cp -L "$lib" "$R$lib" 2>/dev/null || cp -L "$lib" "$R/lib/x86_64-linux-gnu/"
-		done
+		cp "$top_builddir/dmar" "$R/bin/dmar"
+		ldd "$DMARFS_BIN" "$top_builddir/dmar" | awk '$3 ~ /^\// { print $3 } $1 ~ /^\/lib64\// { print $1 }' |
+			sort -u | while read -r lib; do
+				cp -L "$lib" "$R$lib" 2>/dev/null || cp -L "$lib" "$R/lib/x86_64-linux-gnu/"
+			done
 		# dlopened, so not in ldd's list: glibc's unwinder (pthread_cancel
 		# at the daemon's end) and libcrypto (the hash, where no SHA-NI)
 		for lib in /lib/x86_64-linux-gnu/libgcc_s.so.1 /lib/x86_64-linux-gnu/libcrypto.so.3; do
 			[ -f "$lib" ] && cp -L "$lib" "$R/lib/x86_64-linux-gnu/"
 		done
 		cp "/lib/modules/$KVER/kernel/fs/fuse/fuse.ko" "$R/lib/modules/"
-		for a in dd sha256sum kill pidof umount mkdir head cmp; do ln -s busybox "$R/bin/$a"; done
+		for a in dd sha256sum kill pidof umount mkdir head cmp true; do ln -s busybox "$R/bin/$a"; done
 	fi
 else
 	echo "note: no dmarfs build (top_builddir) or no fuse.ko: the guest runs no dmarfs"
@@ -146,6 +149,23 @@ if [ "$(cat /with_dmarfs)" = 1 ]; then
 	dd if=/dev/urandom of=/tmp/b bs=65536 count=48 2>/dev/null
 	cp_() { cat "$1" >"$2"; }
 	cp_ /tmp/b $M/b || verdict "FAIL write b"
+	# dmar export-dmabuf: a file of the mount in a dma-buf of the module's,
+	# to a command (2 MiB pages: 4 MiB for 2.5 MiB), a range of it, and
+	# over a socket; each buffer's arena goes with its dma-buf
+	dd if=/dev/urandom of=$M/w bs=65536 count=40 2>/dev/null
+	dmar export-dmabuf -v $M/w -- sh -c 'ls /sys/kernel/dmar_arena | grep -q "^dmabuf-" && arena_test import /mnt/d/w' ||
+		verdict "FAIL dmar export-dmabuf of a file to a command"
+	dmar export-dmabuf --offset 4096 --length 10000 $M/w -- arena_test import $M/w 4096 ||
+		verdict "FAIL dmar export-dmabuf of a range"
+	arena_test recv /tmp/sock $M/b &
+	rp=$!
+	for i in 1 2 3 4 5 6 7 8 9 10; do [ -S /tmp/sock ] && break; sleep 0.2; done
+	dmar export-dmabuf $M/b --send /tmp/sock || verdict "FAIL dmar export-dmabuf --send"
+	wait $rp || verdict "FAIL the dma-buf sent over the socket"
+	ls /sys/kernel/dmar_arena | grep "^dmabuf-" && verdict "FAIL an exported buffer's arena outlived its dma-buf"
+	dmar export-dmabuf --via udmabuf $M/w -- true 2>/tmp/e && verdict "FAIL --via udmabuf without /dev/udmabuf"
+	grep -q "CONFIG_UDMABUF" /tmp/e || verdict "FAIL --via udmabuf says: $(cat /tmp/e)"
+	echo "dmarfs: dmar export-dmabuf to vgem: a file, a range, over a socket"
 	umount $M || verdict "FAIL umount"
 	sleep 1
 	[ -e /sys/kernel/dmar_arena/kt ] || verdict "FAIL the kept arena went at umount"
