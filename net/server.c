@@ -576,7 +576,7 @@ static enum MHD_Result body(struct req *q, const char *data, size_t len)
  * same size: a call without new bytes (MHD's buffer full, or its own
  * retry) is consumed, so nothing can stall.
  */
-#define FEED_MIN (512u << 10)
+#define FEED_MIN (64u << 10)
 
 static bool feed_later(struct req *q, size_t n)
 {
@@ -902,6 +902,19 @@ uint16_t dmar_server_port(const struct dmar_server *s)
 void dmar_server_event(struct dmar_server *s, json_t *ev)
 {
 	if (!s || !json_is_object(ev)) {
+		json_decref(ev);
+		return;
+	}
+	/* Nobody listening (the usual case): no text, and no wake-up of the
+	 * event thread, which would cost a context switch per ship.  A
+	 * client that connects meanwhile misses this one, as it would a
+	 * moment earlier. */
+	bool anyone = false;
+	pthread_mutex_lock(&s->lock);
+	for (struct ws_client *cl = s->clients; cl && !anyone; cl = cl->next)
+		anyone = !cl->closing && !cl->dead;
+	pthread_mutex_unlock(&s->lock);
+	if (!anyone) {
 		json_decref(ev);
 		return;
 	}

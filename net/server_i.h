@@ -52,7 +52,7 @@
 #define CONNECTIONS_DEFAULT 1024
 #define CONNECTIONS_PER_IP 256
 #define JSON_BODY_MAX (1u << 20)
-#define CONN_MEMORY (2u << 20)      /* MHD's per-connection buffer: bigger pieces of upload */
+#define CONN_MEMORY (256u << 10)
 #define IDLE_TIMEOUT_S 60
 #define WS_CLIENTS_MAX 64
 #define WS_BACKLOG_MAX (1u << 20)   /* a slower client is dropped */
