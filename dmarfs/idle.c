@@ -34,18 +34,24 @@ uint64_t idle_now(void)
 	return (uint64_t)t.tv_sec;
 }
 
+/* Put i on the work list, holding a lookup reference; ns held. */
+static void enqueue(struct dmarfs *fs, struct inode *i)
+{
+	i->queued = true;
+	i->nlookup++;
+	i->idle_next = fs->idle_head;
+	fs->idle_head = i;
+	fs->idle_queued++;
+}
+
 void idle_note_write(struct dmarfs *fs, struct inode *i, uint64_t now_s)
 {
 	__atomic_store_n(&i->last_write, now_s, __ATOMIC_RELAXED);
 	if (__atomic_load_n(&i->queued, __ATOMIC_RELAXED))
 		return;
 	pthread_mutex_lock(&fs->ns);
-	if (!i->queued && !fs->idle_stop) {
-		i->queued = true;
-		i->nlookup++;
-		i->idle_next = fs->idle_head;
-		fs->idle_head = i;
-	}
+	if (!i->queued && !fs->idle_stop)
+		enqueue(fs, i);
 	pthread_mutex_unlock(&fs->ns);
 }
 
@@ -55,12 +61,8 @@ bool idle_note_close(struct dmarfs *fs, struct inode *i)
 	bool queued = fs->idle_running && !fs->idle_stop;
 	if (queued) {
 		__atomic_store_n(&i->last_write, CLOSED, __ATOMIC_RELAXED);
-		if (!i->queued) {
-			i->queued = true;
-			i->nlookup++;
-			i->idle_next = fs->idle_head;
-			fs->idle_head = i;
-		}
+		if (!i->queued)
+			enqueue(fs, i);
 		fs->idle_kick = true;
 		pthread_cond_signal(&fs->idle_cond);
 	}
@@ -111,6 +113,7 @@ static size_t take(struct dmarfs *fs, enum pick how, uint64_t now_s, struct inod
 		*p = i->idle_next;
 		i->idle_next = NULL;
 		i->queued = false; /* a write from now on queues it again */
+		fs->idle_queued--;
 		(*due)[n++] = i;
 	}
 	return n;
@@ -201,10 +204,7 @@ void idle_start(struct dmarfs *fs)
 		if (!S_ISREG(i->mode) || !i->f.dirty || i->queued || !i->nlink)
 			continue;
 		__atomic_store_n(&i->last_write, LONG_AGO, __ATOMIC_RELAXED);
-		i->queued = true;
-		i->nlookup++;
-		i->idle_next = fs->idle_head;
-		fs->idle_head = i;
+		enqueue(fs, i);
 	}
 	pthread_mutex_unlock(&fs->ns);
 }
@@ -224,6 +224,7 @@ void idle_stop(struct dmarfs *fs)
 		struct inode *i = fs->idle_head;
 		fs->idle_head = i->idle_next;
 		i->queued = false;
+		fs->idle_queued--;
 		ns_forget_locked(fs, i, 1);
 	}
 	pthread_mutex_unlock(&fs->ns);

@@ -98,6 +98,8 @@ struct dmarfs_node {
 	 * last one's figures (what its client counted), under xfer_lock. */
 	pthread_mutex_t xfer_lock;
 	uint64_t xfers_done, xfers_failed;
+	uint64_t xfer_logical, xfer_wire; /* bytes of the transfers that ended, done or failed */
+	struct dmar_hist xfer_eff, xfer_wspeed; /* their speeds, bytes/s (GET /metrics) */
 	/* files committed here: from a recipe, from content held (clone) */
 	_Atomic uint64_t commits_recipe, commits_content;
 	json_t *xfer_last;
@@ -463,6 +465,72 @@ static int op_info(void *ctx, json_t **out, struct dmar_error *err)
 				    json_pack("{s:I, s:I}", "recipe", (json_int_t)atomic_load(&n->commits_recipe),
 					      "content", (json_int_t)atomic_load(&n->commits_content)));
 	return *out ? 0 : -ENOMEM;
+}
+
+/* Transfer speeds, bytes/s: 1 MB/s to 40 GB/s. */
+static const double speed_bounds[] = { 1e6, 1e7, 5e7, 1e8, 2.5e8, 5e8, 1e9, 2e9, 4e9, 1e10, 4e10 };
+
+static void gauge(struct dmar_prom *p, const char *name, const char *help, double v)
+{
+	dmar_prom_head(p, name, "gauge", help);
+	dmar_prom_sample(p, name, NULL, v);
+}
+
+/* GET /metrics: what the node holds and what it shipped. */
+static void op_metrics(void *ctx, struct dmar_prom *p)
+{
+	struct dmarfs_node *n = ctx;
+	struct dmar_arena *a = CTX(n)->arena;
+	struct dmar_store_stats ss;
+	dmar_store_stats(a, &ss);
+	uint64_t used = dmar_arena_used(a);
+	pthread_mutex_lock(&n->stage_lock);
+	size_t staged = n->nstaged;
+	pthread_mutex_unlock(&n->stage_lock);
+	pthread_mutex_lock(&n->fs->ns);
+	uint64_t inodes = n->fs->inodes;
+	size_t backlog = n->fs->idle_queued;
+	pthread_mutex_unlock(&n->fs->ns);
+	gauge(p, "dmar_arena_size_bytes", "The arena's size (size=)", (double)dmar_arena_size(a));
+	gauge(p, "dmar_arena_used_bytes", "Bytes of the arena in use, all kinds", (double)used);
+	dmar_prom_head(p, "dmar_arena_used_by_kind_bytes", "gauge",
+		       "Bytes of the arena in use: chunks (encoded data, each distinct chunk once), other (raw "
+		       "extents of files not yet encoded, the journal and metadata)");
+	dmar_prom_sample(p, "dmar_arena_used_by_kind_bytes", "kind=\"chunks\"", (double)ss.stored_bytes);
+	dmar_prom_sample(p, "dmar_arena_used_by_kind_bytes", "kind=\"other\"",
+			 (double)(used > ss.stored_bytes ? used - ss.stored_bytes : 0));
+	gauge(p, "dmar_chunks", "Distinct chunks stored", (double)ss.chunks);
+	gauge(p, "dmar_chunk_refs", "References to them (files' extents and staging)", (double)ss.refs);
+	gauge(p, "dmar_chunk_logical_bytes", "The stored chunks' bytes before compression", (double)ss.chunk_bytes);
+	gauge(p, "dmar_chunks_staged", "Chunks received for a commit that has not come yet", (double)staged);
+	gauge(p, "dmar_inodes", "Files, directories and symlinks", (double)inodes);
+	gauge(p, "dmar_encode_backlog_files", "Files written and not yet encoded (the encoder thread's list)",
+	      (double)backlog);
+	gauge(p, "dmar_peers", "Peers configured", (double)dmarfs_node_peer_count(n));
+	pthread_mutex_lock(&n->xfer_lock);
+	uint64_t done = n->xfers_done, failed = n->xfers_failed, logical = n->xfer_logical, wire = n->xfer_wire;
+	pthread_mutex_unlock(&n->xfer_lock);
+	dmar_prom_head(p, "dmar_transfers_total", "counter",
+		       "Transfers this node shipped to peers (cp into @PEER/, POST /v1/transfers), by result");
+	dmar_prom_sample(p, "dmar_transfers_total", "result=\"done\"", (double)done);
+	dmar_prom_sample(p, "dmar_transfers_total", "result=\"failed\"", (double)failed);
+	dmar_prom_head(p, "dmar_transfer_logical_bytes_total", "counter",
+		       "File bytes of those transfers (what effective speed counts)");
+	dmar_prom_sample(p, "dmar_transfer_logical_bytes_total", NULL, (double)logical);
+	dmar_prom_head(p, "dmar_transfer_wire_bytes_total", "counter",
+		       "Bytes those transfers put on the wire (chunks, recipes, HTTP)");
+	dmar_prom_sample(p, "dmar_transfer_wire_bytes_total", NULL, (double)wire);
+	dmar_prom_head(p, "dmar_transfer_effective_speed_bytes_per_second", "histogram",
+		       "Effective speed of each transfer that succeeded: file bytes / wall time");
+	dmar_prom_hist(p, "dmar_transfer_effective_speed_bytes_per_second", NULL, &n->xfer_eff);
+	dmar_prom_head(p, "dmar_transfer_wire_speed_bytes_per_second", "histogram",
+		       "Wire speed of each transfer that succeeded: wire bytes / wall time");
+	dmar_prom_hist(p, "dmar_transfer_wire_speed_bytes_per_second", NULL, &n->xfer_wspeed);
+	dmar_prom_head(p, "dmar_commits_total", "counter",
+		       "Files committed here over REST, by kind: recipe (chunks sent or held), content (a copy of "
+		       "a file held, by its content id)");
+	dmar_prom_sample(p, "dmar_commits_total", "kind=\"recipe\"", (double)atomic_load(&n->commits_recipe));
+	dmar_prom_sample(p, "dmar_commits_total", "kind=\"content\"", (double)atomic_load(&n->commits_content));
 }
 
 static int op_stat(void *ctx, const char *path, json_t **out, struct dmar_error *err)
@@ -1091,6 +1159,7 @@ static const struct dmar_node_ops node_ops = {
 	.transfer = op_transfer,
 	.symlink = op_symlink,
 	.unstage = op_unstage,
+	.metrics = op_metrics,
 };
 
 /* ---- shipping ------------------------------------------------------------ */
@@ -1370,6 +1439,12 @@ int dmarfs_node_ship(struct dmarfs_node *n, const char *to, const char *src, con
 		n->xfers_failed++;
 	else
 		n->xfers_done++;
+	n->xfer_logical += st->logical;
+	n->xfer_wire += st->wire_bytes;
+	if (rc >= 0 && st->seconds > 0) {
+		dmar_hist_observe(&n->xfer_eff, (double)st->logical / st->seconds);
+		dmar_hist_observe(&n->xfer_wspeed, (double)st->wire_bytes / st->seconds);
+	}
 	if (ev) {
 		json_decref(n->xfer_last);
 		n->xfer_last = json_deep_copy(ev);
@@ -1475,6 +1550,8 @@ int dmarfs_node_new(struct dmarfs_node **out, struct dmarfs *fs, const struct dm
 	pthread_mutex_init(&n->stage_lock, NULL);
 	ns_add_owner(fs, stage_refs, stage_tick, stage_shed, n);
 	pthread_mutex_init(&n->xfer_lock, NULL);
+	dmar_hist_init(&n->xfer_eff, speed_bounds, sizeof(speed_bounds) / sizeof(speed_bounds[0]), 1);
+	dmar_hist_init(&n->xfer_wspeed, speed_bounds, sizeof(speed_bounds) / sizeof(speed_bounds[0]), 1);
 	int r = 0;
 	if (!(n->name = strdup(cfg->name ? cfg->name : "node"))) {
 		r = -ENOMEM;

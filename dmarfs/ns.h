@@ -103,6 +103,7 @@ struct dmarfs {
 	 * ns; idle_cond (with ns) wakes the encoder thread for a closed file
 	 * or to stop. */
 	struct inode *idle_head;
+	size_t idle_queued;   /* how many are listed: the encode backlog */
 	pthread_cond_t idle_cond;
 	pthread_t idle_thread;
 	bool idle_running, idle_stop, idle_kick; /* kick: a close queued a file */

@@ -41,6 +41,7 @@ enum MHD_Result srv_queue(struct req *q, unsigned status, struct MHD_Response *r
 	if (!resp)
 		return MHD_NO;
 	MHD_add_response_header(resp, "Cache-Control", "no-store");
+	q->status = status;
 	enum MHD_Result r = MHD_queue_response(q->c, status, resp);
 	MHD_destroy_response(resp);
 	q->answered = true;
@@ -87,6 +88,8 @@ enum MHD_Result srv_reply_error_full(struct req *q, int code, unsigned status, c
 		json_decref(extra);
 	if (!o)
 		return MHD_NO;
+	atomic_fetch_add_explicit(&q->s->refused[-code < SRV_ERRNO_MAX ? -code : SRV_ERRNO_MAX - 1], 1,
+				  memory_order_relaxed);
 	json_object_set_new(o, "error", json_string(msg && *msg ? msg : strerror(-code)));
 	json_object_set_new(o, "errno", json_string(dmar_wire_errno_name(code)));
 	struct MHD_Response *resp = json_response(o);
@@ -300,8 +303,23 @@ static const struct route routes[] = {
 	{ "POST", "/v1/transfers", MATCH_EXACT, BODY_JSON, { CT_JSON }, srv_h_transfer },
 	{ "POST", "/v1/tree", MATCH_EXACT, BODY_TREE, { CT_TREE }, srv_h_tree },
 	{ "GET", "/v1/events", MATCH_EXACT, BODY_NONE, { NULL }, srv_h_events },
+	{ "GET", "/metrics", MATCH_EXACT, BODY_NONE, { NULL }, srv_h_metrics },
 };
 #define NROUTES (sizeof(routes) / sizeof(routes[0]))
+_Static_assert(NROUTES <= SRV_ROUTES_MAX, "SRV_ROUTES_MAX: room for every route's metrics");
+
+unsigned srv_route_count(void)
+{
+	return NROUTES;
+}
+
+const char *srv_route_name(unsigned k, char *buf, size_t cap)
+{
+	if (k >= NROUTES)
+		return "other";
+	snprintf(buf, cap, "%s %s", routes[k].method, routes[k].prefix);
+	return buf;
+}
 
 /* What follows the route's prefix in url, or NULL if it does not match. */
 static const char *route_rest(const struct route *rt, const char *url)
@@ -594,6 +612,9 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
 		*con_cls = q;
 		q->s = cls;
 		q->c = c;
+		struct timespec ts;
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		q->t0 = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 		const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
 		q->conn = ci ? ci->socket_context : NULL;
 		if (!q->conn)
@@ -625,6 +646,13 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum 
 	struct req *q = *con_cls;
 	if (!q)
 		return;
+	/* Counted when it ends, answered or not (status 0: "other"); the
+	 * websocket's time is that of its upgrade. */
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	struct srv_route_stats *rs = &q->s->rstats[q->rt ? (unsigned)(q->rt - routes) : NROUTES];
+	atomic_fetch_add_explicit(&rs->codes[srv_code_index(q->status)], 1, memory_order_relaxed);
+	dmar_hist_observe(&rs->seconds, (double)ts.tv_sec + (double)ts.tv_nsec / 1e9 - q->t0);
 	/* A tree commit's chunks were for its files, which took their own
 	 * references: whatever it staged goes, however it ended. */
 	if (q->rt && q->rt->body == BODY_TREE && q->received && q->s->ops->unstage)
@@ -835,6 +863,7 @@ int dmar_server_start(struct dmar_server **out, const struct dmar_server_opts *o
 	s->max_body = o->max_body ? o->max_body : DMAR_SERVER_BODY_MAX_DEFAULT;
 	s->wake[0] = s->wake[1] = -1;
 	pthread_mutex_init(&s->lock, NULL);
+	srv_metrics_init(s);
 	if (o->token) {
 		s->has_token = true;
 		dmar_hash(o->token, strlen(o->token), &s->token_hash);

@@ -25,6 +25,7 @@
 #include <stdint.h>
 
 #include "admit.h"
+#include "metrics.h"
 #include "wire.h"
 #include "codec/error.h"
 #include "codec/hash.h"
@@ -122,6 +123,9 @@ struct dmar_node_ops {
 	 * files took their own references when committed; the rest would
 	 * wait for the stages' expiry). */
 	void (*unstage)(void *ctx, uint64_t upload);
+	/* Optional.  GET /metrics: the node's own metrics, appended to p
+	 * (metrics.h) after the server's. */
+	void (*metrics)(void *ctx, struct dmar_prom *p);
 };
 
 #define DMAR_SERVER_MISSING_LIST 4096

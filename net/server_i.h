@@ -40,6 +40,7 @@
 #include <zstd.h>
 
 #include "admit.h"
+#include "metrics.h"
 #include "peers.h"
 #include "server.h"
 #include "ws.h"
@@ -89,6 +90,23 @@ struct ws_client {
 	int64_t closing_since_ms;
 };
 
+/* GET /metrics: per route (the routes table's order, then the requests
+ * no route took), answers by status code and a latency histogram; error
+ * answers by errno.  The status codes are those the server gives; any
+ * other is counted as the last. */
+#define SRV_ROUTES_MAX 16
+#define SRV_CODES 24
+#define SRV_ERRNO_MAX 256
+struct srv_route_stats {
+	_Atomic uint64_t codes[SRV_CODES];
+	struct dmar_hist seconds;
+};
+extern const unsigned srv_codes[SRV_CODES]; /* the last is 0: "other" */
+unsigned srv_code_index(unsigned status);
+unsigned srv_route_count(void);
+/* "GET /v1/node"... (into buf), and "other" for k == srv_route_count() */
+const char *srv_route_name(unsigned k, char *buf, size_t cap);
+
 struct dmar_server {
 	struct MHD_Daemon *d;
 	const struct dmar_node_ops *ops;
@@ -113,6 +131,8 @@ struct dmar_server {
 	atomic_uint_fast64_t served_bytes; /* their decoded bytes */
 	atomic_uint_fast64_t connections; /* every connection accepted (a TCP, and TLS, handshake each) */
 	struct dmar_admit *admit;         /* which unauthenticated connections stay (admit.h) */
+	struct srv_route_stats rstats[SRV_ROUTES_MAX + 1];
+	_Atomic uint64_t refused[SRV_ERRNO_MAX]; /* error answers by errno (the last: any larger) */
 };
 
 /* Per connection (MHD's socket context): the zstd state and scratch that
@@ -197,6 +217,8 @@ struct req {
 	uint32_t tcount, tops_len;
 
 	char *hello; /* GET /v1/events: the first frame's text */
+	double t0;       /* when its head arrived (CLOCK_MONOTONIC) */
+	unsigned status; /* the status answered, 0 if none */
 };
 
 /* ---- server.c: answers and request helpers ---- */
@@ -246,5 +268,7 @@ bool srv_ws_queue(struct ws_client *cl, enum dmar_ws_opcode op, const void *payl
 void srv_ws_client_free(struct ws_client *cl);
 void *srv_event_loop(void *arg);
 enum MHD_Result srv_h_events(struct req *q);
+enum MHD_Result srv_h_metrics(struct req *q);
+void srv_metrics_init(struct dmar_server *s);
 
 #endif /* DMAR_SERVER_I_H */
