@@ -24,6 +24,7 @@ extern char **environ;
 #include "admin.h"
 #include "fs.h"
 #include "node.h"
+#include "notify.h"
 #include "options.h"
 #include "persist.h"
 #include "arena/journal.h"
@@ -337,6 +338,7 @@ int main(int argc, char **argv)
 	if (node)
 		fprintf(stderr, "dmarfs: node %s: %zu peers%s%s\n", nc.name, dmarfs_node_peer_count(node),
 			o.view ? ", view of " : "", o.view ? o.view : "");
+	notify_ready(o.source, arena); /* under systemd (Type=notify): mounted and serving */
 	struct fuse_loop_config *lc = fuse_loop_cfg_create();
 	if (lc) {
 		fuse_loop_cfg_set_clone_fd(lc, 0);
@@ -349,6 +351,7 @@ int main(int argc, char **argv)
 	/* Ended by a signal (SIGTERM, SIGINT) after a clean unmount is a
 	 * normal end, as umount is. */
 	status = r == 0 || fuse_session_exited(se) ? 0 : 1;
+	notify_stopping();
 out_unmount:
 	fuse_session_unmount(se);
 out_signals:

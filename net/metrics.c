@@ -69,18 +69,26 @@ void dmar_prom_head(struct dmar_prom *p, const char *name, const char *type, con
 	add(p, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
-/* Integers print as integers; other values with 17 significant digits
- * (round-trip), the infinities as Prometheus spells them. */
-static void value(struct dmar_prom *p, double v)
+/* v as Prometheus reads it: integers as integers, other values in the
+ * fewest of 15 or 17 significant digits that read back as v (0.1, not
+ * 0.10000000000000001), the infinities and NaN as it spells them. */
+static const char *num(double v, char out[32])
 {
 	if (isnan(v))
-		add(p, "NaN\n");
-	else if (isinf(v))
-		add(p, "%s\n", v > 0 ? "+Inf" : "-Inf");
-	else if (v == floor(v) && fabs(v) < 9e15)
-		add(p, "%.0f\n", v);
-	else
-		add(p, "%.17g\n", v);
+		return "NaN";
+	if (isinf(v))
+		return v > 0 ? "+Inf" : "-Inf";
+	if (v == floor(v) && fabs(v) < 9e15)
+		snprintf(out, 32, "%.0f", v);
+	else if (snprintf(out, 32, "%.15g", v), strtod(out, NULL) != v)
+		snprintf(out, 32, "%.17g", v);
+	return out;
+}
+
+static void value(struct dmar_prom *p, double v)
+{
+	char b[32];
+	add(p, "%s\n", num(v, b));
 }
 
 void dmar_prom_sample(struct dmar_prom *p, const char *name, const char *labels, double v)
@@ -99,8 +107,10 @@ void dmar_prom_hist(struct dmar_prom *p, const char *name, const char *labels, c
 	uint64_t cum = 0;
 	for (unsigned k = 0; k <= h->n; k++) {
 		cum += atomic_load_explicit(&h->count[k], memory_order_relaxed);
+		char b[32];
 		if (k < h->n)
-			add(p, "%s_bucket{%s%sle=\"%.17g\"} %llu\n", name, l, sep, h->bounds[k], (unsigned long long)cum);
+			add(p, "%s_bucket{%s%sle=\"%s\"} %llu\n", name, l, sep, num(h->bounds[k], b),
+			    (unsigned long long)cum);
 		else
 			add(p, "%s_bucket{%s%sle=\"+Inf\"} %llu\n", name, l, sep, (unsigned long long)cum);
 	}
