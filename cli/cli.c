@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "codec/size.h"
 
 const char *cli_cmd = NULL;
 int cli_verbosity = 1;
@@ -80,21 +81,6 @@ int cli_bad_option(int c, char **argv)
 	return cli_usage(c == ':' ? "option '%s' needs an argument" : "unknown option '%s'", argv[optind - 1]);
 }
 
-const char *cli_human(uint64_t b, char *buf)
-{
-	static const char *u[] = { "B", "KiB", "MiB", "GiB", "TiB" };
-	double v = (double)b;
-	int i = 0;
-	while (v >= 1024 && i < 4) {
-		v /= 1024;
-		i++;
-	}
-	if (i == 0)
-		snprintf(buf, 32, "%llu B", (unsigned long long)b);
-	else
-		snprintf(buf, 32, "%.1f %s", v, u[i]);
-	return buf;
-}
 
 const char *cli_rate(double v, char *buf)
 {
@@ -289,10 +275,10 @@ void cli_progress_cb(void *ctx, uint64_t done)
 	char a[32], b[32];
 	double speed = done / (now - p->start) / 1e6;
 	if (p->total)
-		fprintf(stderr, "\r%s %s / %s (%3.0f%%) %.0f MB/s   ", p->what, cli_human(done, a),
-			cli_human(p->total, b), 100.0 * done / p->total, speed);
+		fprintf(stderr, "\r%s %s / %s (%3.0f%%) %.0f MB/s   ", p->what, dmar_size_format(done, a),
+			dmar_size_format(p->total, b), 100.0 * done / p->total, speed);
 	else
-		fprintf(stderr, "\r%s %s %.0f MB/s   ", p->what, cli_human(done, a), speed);
+		fprintf(stderr, "\r%s %s %.0f MB/s   ", p->what, dmar_size_format(done, a), speed);
 }
 
 void cli_progress_end(struct cli_progress *p)

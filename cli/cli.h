@@ -14,6 +14,7 @@
 #include "codec/bytepack.h"
 #include "codec/encoder.h"
 #include "codec/error.h"
+#include "codec/size.h" /* dmar_size_format, for sizes in messages */
 
 extern const char *cli_cmd;   /* "pack", "unpack", ... for messages */
 extern int cli_verbosity;     /* 0 quiet, 1 normal, 2 verbose */
@@ -30,8 +31,6 @@ int cli_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  * argument, else an unknown option): CLI_EXIT_USAGE, for
  * `default: return cli_bad_option(c, argv);`. */
 int cli_bad_option(int c, char **argv);
-/* "1.5 MiB" style, into buf[32]. */
-const char *cli_human(uint64_t bytes, char *buf);
 double cli_now(void);
 /* Default thread count: online CPUs, at most 8. */
 unsigned cli_default_threads(void);

@@ -167,7 +167,7 @@ static void bcast_report(json_t *results)
 		uint64_t wire = (uint64_t)json_integer_value(json_object_get(v, "wire_bytes"));
 		const char *from = json_string_value(json_object_get(v, "from"));
 		fprintf(stderr, "  %s: ok, wire %" PRIu64 " bytes (%s) from %s, %" PRIu64 " chunks sent, %.3f s\n",
-			node ? node : "?", wire, cli_human(wire, w), from && *from ? from : "here",
+			node ? node : "?", wire, dmar_size_format(wire, w), from && *from ? from : "here",
 			(uint64_t)json_integer_value(json_object_get(v, "chunks_sent")),
 			json_real_value(json_object_get(v, "seconds")));
 	}
@@ -272,8 +272,8 @@ static void progress_draw(struct cp_progress *p)
 		done = p->total;
 	char a[32], b[32], w[32], ws[32], es[32];
 	fprintf(stderr, "%s%s: %s %s / %s (%3.0f%%), wire %s at %s, effective %s%s", p->tty ? "\r" : "", p->what,
-		p->pushing ? "sent" : "done", cli_human(done, a), cli_human(p->total, b),
-		p->total ? 100.0 * done / p->total : 100.0, cli_human(st->wire_bytes, w), cli_rate(st->wire_bytes / s, ws),
+		p->pushing ? "sent" : "done", dmar_size_format(done, a), dmar_size_format(p->total, b),
+		p->total ? 100.0 * done / p->total : 100.0, dmar_size_format(st->wire_bytes, w), cli_rate(st->wire_bytes / s, ws),
 		cli_rate(done / s, es), p->tty ? "\033[K" : "\n");
 	if (p->bf)
 		bcast_draw(p);
@@ -369,9 +369,9 @@ static void bcast_draw(struct cp_progress *p)
 		const struct dmar_relay_sent *g = &f->got[i];
 		char a[32], b[32], w[32], ws[32];
 		fprintf(stderr, "%s  %s: got %s / %s (%3.0f%%) from %s, wire %s at %s%s", p->tty ? "\n" : "",
-			f->hops->name[i], cli_human(g->chunk_bytes, a), cli_human(p->total, b),
+			f->hops->name[i], dmar_size_format(g->chunk_bytes, a), dmar_size_format(p->total, b),
 			p->total ? 100.0 * (g->chunk_bytes < p->total ? g->chunk_bytes : p->total) / p->total : 100.0,
-			f->hops->name[i - 1], cli_human(g->wire_bytes, w),
+			f->hops->name[i - 1], dmar_size_format(g->wire_bytes, w),
 			cli_rate(g->seconds > 0 ? g->wire_bytes / g->seconds : 0, ws), p->tty ? "\033[K" : "\n");
 		lines++;
 	}
@@ -425,8 +425,8 @@ static void summary(const char *failed, const char *what, const struct dmar_xfer
 	fprintf(stderr,
 		"%s%s: %" PRIu64 " bytes (%s), %" PRIu64 " chunks, %" PRIu64 " sent, wire %" PRIu64
 		" bytes (%s), %" PRIu64 " round trips, %.3f s, effective %s, wire %s\n",
-		failed, what, st->logical, cli_human(st->logical, a), st->chunks, st->sent_chunks, st->wire_bytes,
-		cli_human(st->wire_bytes, w), st->round_trips, st->seconds, cli_rate(st->logical / s, es),
+		failed, what, st->logical, dmar_size_format(st->logical, a), st->chunks, st->sent_chunks, st->wire_bytes,
+		dmar_size_format(st->wire_bytes, w), st->round_trips, st->seconds, cli_rate(st->logical / s, es),
 		cli_rate(st->wire_bytes / s, ws));
 }
 
@@ -877,7 +877,7 @@ static void swarm_report(const struct dmar_swarm_peer *sp, size_t np, size_t nid
 				dmar_wire_errno_name(sp[k].err));
 		else if (cli_verbosity >= 2)
 			fprintf(stderr, "  %s: %" PRIu64 " of %zu chunks (%s)\n", sp[k].name ? sp[k].name : "?",
-				sp[k].chunks, nids, cli_human(sp[k].bytes, h));
+				sp[k].chunks, nids, dmar_size_format(sp[k].bytes, h));
 	}
 }
 

@@ -519,8 +519,8 @@ int cp_push_tree(struct dmar_client *c, const char *node, const char *src, const
 			"%s -> %s:%s: %" PRIu64 " files, %" PRIu64 " directories, %" PRIu64 " symlinks, %" PRIu64
 			" bytes (%s); %" PRIu64 " chunks sent (%" PRIu64 " bytes), wire %" PRIu64 " bytes (%s), %" PRIu64
 			" requests, %.3f s, effective %s, wire %s\n",
-			src, node, dst, t.nfile, t.ndir, t.nlink, t.bytes, cli_human(t.bytes, a), t.st.sent_chunks,
-			t.st.chunk_bytes, t.st.wire_bytes, cli_human(t.st.wire_bytes, w), t.requests, t.st.seconds,
+			src, node, dst, t.nfile, t.ndir, t.nlink, t.bytes, dmar_size_format(t.bytes, a), t.st.sent_chunks,
+			t.st.chunk_bytes, t.st.wire_bytes, dmar_size_format(t.st.wire_bytes, w), t.requests, t.st.seconds,
 			cli_rate(t.bytes / s, es), cli_rate(t.st.wire_bytes / s, ws));
 	}
 	if (r == 0 && !t.failed && !t.skipped)

@@ -195,7 +195,7 @@ int cmd_export_dmabuf(int argc, char **argv)
 	if (cli_verbosity > 1) {
 		char h1[32], h2[32];
 		fprintf(stderr, "dmar export-dmabuf: %s: %s from byte %llu in a dma-buf of %s (%s)\n", path,
-			cli_human(len, h1), (unsigned long long)off, cli_human(size, h2), via_name);
+			dmar_size_format(len, h1), (unsigned long long)off, dmar_size_format(size, h2), via_name);
 	}
 	if (sock) {
 		r = send_fd(sock, buf, size, len);

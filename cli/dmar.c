@@ -302,7 +302,7 @@ static void summary(const char *in, uint64_t logical, uint64_t stored, double se
 	char a[32], b[32];
 	double mbps = secs > 0 ? logical / secs / 1e6 : 0;
 	fprintf(stderr, "%s: %s -> %s (%.2f%%), %.3f s, %.0f MB/s %s\n", in,
-		cli_human(packing ? logical : stored, a), cli_human(packing ? stored : logical, b),
+		dmar_size_format(packing ? logical : stored, a), dmar_size_format(packing ? stored : logical, b),
 		logical ? 100.0 * stored / logical : 100.0, secs, mbps,
 		packing ? "in (logical bytes)" : "out (logical bytes)");
 }
@@ -647,7 +647,7 @@ static int cmd_mine(int argc, char **argv)
 			size_t dl;
 			dmar_bytepack_dict(p, &dl);
 			fprintf(stderr, "%s: byte pack %016" PRIx64 ", %s dictionary from %zu samples (%s) in %.1f s\n",
-				o.output, dmar_bytepack_id(p), cli_human(dl, a), nsamples, cli_human(sbytes, b),
+				o.output, dmar_bytepack_id(p), dmar_size_format(dl, a), nsamples, dmar_size_format(sbytes, b),
 				cli_now() - t0);
 		}
 	}
@@ -706,8 +706,8 @@ static int info_one(const char *path)
 	} else {
 		printf("mode: unknown (packed from a stream)\n");
 	}
-	printf("logical size: %" PRIu64 " (%s)\n", st.logical, cli_human(st.logical, a));
-	printf("artifact size: %" PRIu64 " (%s)\n", st.stored, cli_human(st.stored, b));
+	printf("logical size: %" PRIu64 " (%s)\n", st.logical, dmar_size_format(st.logical, a));
+	printf("artifact size: %" PRIu64 " (%s)\n", st.stored, dmar_size_format(st.stored, b));
 	printf("ratio: %.4f (%.2f%% of logical)\n", st.stored ? (double)st.logical / st.stored : 0.0,
 	       st.logical ? 100.0 * st.stored / st.logical : 0.0);
 	printf("chunks: %" PRIu64 "\n", st.chunks);

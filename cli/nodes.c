@@ -206,7 +206,7 @@ static void nodes_table(const struct node_row *rows, size_t n)
 		json_int_t used = jint(w->info, "arena", "used"), size = jint(w->info, "arena", "size");
 		json_int_t nch = jint(w->info, "store", "chunks");
 		if (used >= 0 && size >= 0)
-			snprintf(arena, sizeof(arena), "%s / %s", cli_human((uint64_t)used, u), cli_human((uint64_t)size, s));
+			snprintf(arena, sizeof(arena), "%s / %s", dmar_size_format((uint64_t)used, u), dmar_size_format((uint64_t)size, s));
 		else
 			snprintf(arena, sizeof(arena), "-");
 		if (nch >= 0)

@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -45,4 +46,20 @@ int dmar_size_parse(const char *s, unsigned flags, uint64_t *out)
 		return -EINVAL;
 	*out = (uint64_t)n << shift;
 	return 0;
+}
+
+const char *dmar_size_format(uint64_t bytes, char out[DMAR_SIZE_TEXT])
+{
+	static const char *const unit[] = { "B", "KiB", "MiB", "GiB", "TiB" };
+	double v = (double)bytes;
+	int k = 0;
+	while (v >= 1024 && k < 4) {
+		v /= 1024;
+		k++;
+	}
+	if (k == 0)
+		snprintf(out, DMAR_SIZE_TEXT, "%llu B", (unsigned long long)bytes);
+	else
+		snprintf(out, DMAR_SIZE_TEXT, "%.1f %s", v, unit[k]);
+	return out;
 }

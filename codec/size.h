@@ -17,4 +17,9 @@
  * share without DMAR_SIZE_PERCENT). */
 int dmar_size_parse(const char *s, unsigned flags, uint64_t *out);
 
+/* bytes as people read them: "512 B", "1.5 KiB" ... "2.0 TiB" (binary
+ * multiples, one decimal), into out; returns out. */
+#define DMAR_SIZE_TEXT 32
+const char *dmar_size_format(uint64_t bytes, char out[DMAR_SIZE_TEXT]);
+
 #endif /* DMAR_SIZE_H */

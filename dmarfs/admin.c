@@ -28,22 +28,11 @@
 #include "ns.h"
 #include "persist.h"
 #include "arena/journal.h"
+#include "codec/size.h"
 
 static const char *backing_name(enum dmar_backing b)
 {
 	return b == DMAR_BACKING_HUGETLB ? "hugetlb" : b == DMAR_BACKING_THP ? "thp" : b == DMAR_BACKING_KMOD ? "kmod" : "normal";
-}
-
-static void human(uint64_t b, char *out, size_t cap)
-{
-	const char *u[] = { "B", "KiB", "MiB", "GiB", "TiB" };
-	double v = (double)b;
-	int k = 0;
-	while (v >= 1024 && k < 4) {
-		v /= 1024;
-		k++;
-	}
-	snprintf(out, cap, k ? "%.1f %s" : "%.0f %s", v, u[k]);
 }
 
 struct listing {
@@ -84,8 +73,8 @@ static int list_one(void *ctx, const struct dmar_arena_info *i)
 		return 0;
 	}
 	char sz[32], rs[32], when[32] = "";
-	human(i->size, sz, sizeof(sz));
-	human(i->resident, rs, sizeof(rs));
+	dmar_size_format(i->size, sz);
+	dmar_size_format(i->resident, rs);
 	time_t t = (time_t)i->since;
 	struct tm tm;
 	if (i->since && localtime_r(&t, &tm))

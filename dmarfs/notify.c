@@ -17,6 +17,7 @@
 
 #include "notify.h"
 #include "arena/arena.h"
+#include "codec/size.h"
 
 int notify_send(const char *msg)
 {
@@ -49,24 +50,16 @@ static struct {
 	struct dmar_arena *a;
 } st = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER };
 
-static const char *human(double b, char out[32])
-{
-	if (b >= 1073741824.0)
-		snprintf(out, 32, "%.1f GiB", b / 1073741824.0);
-	else
-		snprintf(out, 32, "%.1f MiB", b / 1048576.0);
-	return out;
-}
-
 static void status(const char *prefix)
 {
-	char msg[512], u[32], s[32], kind[128];
+	char msg[512], u[DMAR_SIZE_TEXT], s[DMAR_SIZE_TEXT], kind[128];
 	/* the backing's kind, without the why of a fallback */
 	snprintf(kind, sizeof(kind), "%s", dmar_arena_describe(st.a));
 	kind[strcspn(kind, ":")] = 0;
-	double used = (double)dmar_arena_used(st.a), size = (double)dmar_arena_size(st.a);
-	snprintf(msg, sizeof(msg), "%sSTATUS=arena %s: %s of %s used (%.0f%%), %s", prefix, st.name, human(used, u),
-		 human(size, s), size > 0 ? 100.0 * used / size : 0.0, kind);
+	uint64_t used = dmar_arena_used(st.a), size = dmar_arena_size(st.a);
+	snprintf(msg, sizeof(msg), "%sSTATUS=arena %s: %s of %s used (%.0f%%), %s", prefix, st.name,
+		 dmar_size_format(used, u), dmar_size_format(size, s), size ? 100.0 * (double)used / (double)size : 0.0,
+		 kind);
 	(void)notify_send(msg);
 }
 

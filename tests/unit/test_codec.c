@@ -3098,6 +3098,14 @@ static void test_size_parse(void **state)
 	assert_int_equal(dmar_size_parse("0%", DMAR_SIZE_PERCENT, &v), -EINVAL);
 	assert_int_equal(dmar_size_parse("101%", DMAR_SIZE_PERCENT, &v), -EINVAL);
 	assert_int_equal(dmar_size_parse("50%x", DMAR_SIZE_PERCENT, &v), -EINVAL);
+	/* and the one formatter, for messages */
+	char t[DMAR_SIZE_TEXT];
+	assert_string_equal(dmar_size_format(0, t), "0 B");
+	assert_string_equal(dmar_size_format(1023, t), "1023 B");
+	assert_string_equal(dmar_size_format(1536, t), "1.5 KiB");
+	assert_string_equal(dmar_size_format(32u << 20, t), "32.0 MiB");
+	assert_string_equal(dmar_size_format(3ull << 40, t), "3.0 TiB");
+	assert_string_equal(dmar_size_format(UINT64_MAX, t), "16777216.0 TiB");
 }
 
 int main(int argc, char **argv)
