@@ -470,12 +470,6 @@ static int op_info(void *ctx, json_t **out, struct dmar_error *err)
 /* Transfer speeds, bytes/s: 1 MB/s to 40 GB/s. */
 static const double speed_bounds[] = { 1e6, 1e7, 5e7, 1e8, 2.5e8, 5e8, 1e9, 2e9, 4e9, 1e10, 4e10 };
 
-static void gauge(struct dmar_prom *p, const char *name, const char *help, double v)
-{
-	dmar_prom_head(p, name, "gauge", help);
-	dmar_prom_sample(p, name, NULL, v);
-}
-
 /* GET /metrics: what the node holds and what it shipped. */
 static void op_metrics(void *ctx, struct dmar_prom *p)
 {
@@ -491,22 +485,26 @@ static void op_metrics(void *ctx, struct dmar_prom *p)
 	uint64_t inodes = n->fs->inodes;
 	size_t backlog = n->fs->idle_queued;
 	pthread_mutex_unlock(&n->fs->ns);
-	gauge(p, "dmar_arena_size_bytes", "The arena's size (size=)", (double)dmar_arena_size(a));
-	gauge(p, "dmar_arena_used_bytes", "Bytes of the arena in use, all kinds", (double)used);
+	dmar_prom_one(p, "dmar_arena_size_bytes", "gauge", "The arena's size (size=)",
+		      (double)dmar_arena_size(a));
+	dmar_prom_one(p, "dmar_arena_used_bytes", "gauge", "Bytes of the arena in use, all kinds", (double)used);
 	dmar_prom_head(p, "dmar_arena_used_by_kind_bytes", "gauge",
 		       "Bytes of the arena in use: chunks (encoded data, each distinct chunk once), other (raw "
 		       "extents of files not yet encoded, the journal and metadata)");
 	dmar_prom_sample(p, "dmar_arena_used_by_kind_bytes", "kind=\"chunks\"", (double)ss.stored_bytes);
 	dmar_prom_sample(p, "dmar_arena_used_by_kind_bytes", "kind=\"other\"",
 			 (double)(used > ss.stored_bytes ? used - ss.stored_bytes : 0));
-	gauge(p, "dmar_chunks", "Distinct chunks stored", (double)ss.chunks);
-	gauge(p, "dmar_chunk_refs", "References to them (files' extents and staging)", (double)ss.refs);
-	gauge(p, "dmar_chunk_logical_bytes", "The stored chunks' bytes before compression", (double)ss.chunk_bytes);
-	gauge(p, "dmar_chunks_staged", "Chunks received for a commit that has not come yet", (double)staged);
-	gauge(p, "dmar_inodes", "Files, directories and symlinks", (double)inodes);
-	gauge(p, "dmar_encode_backlog_files", "Files written and not yet encoded (the encoder thread's list)",
-	      (double)backlog);
-	gauge(p, "dmar_peers", "Peers configured", (double)dmarfs_node_peer_count(n));
+	dmar_prom_one(p, "dmar_chunks", "gauge", "Distinct chunks stored", (double)ss.chunks);
+	dmar_prom_one(p, "dmar_chunk_refs", "gauge", "References to them (files' extents and staging)",
+		      (double)ss.refs);
+	dmar_prom_one(p, "dmar_chunk_logical_bytes", "gauge", "The stored chunks' bytes before compression",
+		      (double)ss.chunk_bytes);
+	dmar_prom_one(p, "dmar_chunks_staged", "gauge", "Chunks received for a commit that has not come yet",
+		      (double)staged);
+	dmar_prom_one(p, "dmar_inodes", "gauge", "Files, directories and symlinks", (double)inodes);
+	dmar_prom_one(p, "dmar_encode_backlog_files", "gauge",
+		      "Files written and not yet encoded (the encoder thread's list)", (double)backlog);
+	dmar_prom_one(p, "dmar_peers", "gauge", "Peers configured", (double)dmarfs_node_peer_count(n));
 	pthread_mutex_lock(&n->xfer_lock);
 	uint64_t done = n->xfers_done, failed = n->xfers_failed, logical = n->xfer_logical, wire = n->xfer_wire;
 	pthread_mutex_unlock(&n->xfer_lock);
@@ -514,12 +512,10 @@ static void op_metrics(void *ctx, struct dmar_prom *p)
 		       "Transfers this node shipped to peers (cp into @PEER/, POST /v1/transfers), by result");
 	dmar_prom_sample(p, "dmar_transfers_total", "result=\"done\"", (double)done);
 	dmar_prom_sample(p, "dmar_transfers_total", "result=\"failed\"", (double)failed);
-	dmar_prom_head(p, "dmar_transfer_logical_bytes_total", "counter",
-		       "File bytes of those transfers (what effective speed counts)");
-	dmar_prom_sample(p, "dmar_transfer_logical_bytes_total", NULL, (double)logical);
-	dmar_prom_head(p, "dmar_transfer_wire_bytes_total", "counter",
-		       "Bytes those transfers put on the wire (chunks, recipes, HTTP)");
-	dmar_prom_sample(p, "dmar_transfer_wire_bytes_total", NULL, (double)wire);
+	dmar_prom_one(p, "dmar_transfer_logical_bytes_total", "counter",
+		      "File bytes of those transfers (what effective speed counts)", (double)logical);
+	dmar_prom_one(p, "dmar_transfer_wire_bytes_total", "counter",
+		      "Bytes those transfers put on the wire (chunks, recipes, HTTP)", (double)wire);
 	dmar_prom_head(p, "dmar_transfer_effective_speed_bytes_per_second", "histogram",
 		       "Effective speed of each transfer that succeeded: file bytes / wall time");
 	dmar_prom_hist(p, "dmar_transfer_effective_speed_bytes_per_second", NULL, &n->xfer_eff);

@@ -100,6 +100,12 @@ void dmar_prom_sample(struct dmar_prom *p, const char *name, const char *labels,
 	value(p, v);
 }
 
+void dmar_prom_one(struct dmar_prom *p, const char *name, const char *type, const char *help, double v)
+{
+	dmar_prom_head(p, name, type, help);
+	dmar_prom_sample(p, name, NULL, v);
+}
+
 void dmar_prom_hist(struct dmar_prom *p, const char *name, const char *labels, const struct dmar_hist *h)
 {
 	const char *sep = labels && *labels ? "," : "";

@@ -41,6 +41,8 @@ void dmar_prom_head(struct dmar_prom *p, const char *name, const char *type, con
  * already formatted: key="value",key="value" (values from
  * dmar_prom_label_value). */
 void dmar_prom_sample(struct dmar_prom *p, const char *name, const char *labels, double value);
+/* A metric of one unlabelled sample: its HELP, TYPE and value. */
+void dmar_prom_one(struct dmar_prom *p, const char *name, const char *type, const char *help, double value);
 /* A histogram's _bucket, _sum and _count samples. */
 void dmar_prom_hist(struct dmar_prom *p, const char *name, const char *labels, const struct dmar_hist *h);
 /* A label value with \, " and newlines escaped, into out (cap bytes). */

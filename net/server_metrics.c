@@ -79,25 +79,22 @@ static void connections(struct dmar_server *s, struct dmar_prom *p)
 	pthread_mutex_lock(&s->lock);
 	unsigned ws = s->nclients;
 	pthread_mutex_unlock(&s->lock);
-	dmar_prom_head(p, "dmar_http_connections_total", "counter", "Connections accepted");
-	dmar_prom_sample(p, "dmar_http_connections_total", NULL, (double)atomic_load(&s->connections));
-	dmar_prom_head(p, "dmar_http_connections_pending", "gauge",
-		       "Open connections that have not yet sent an authenticated request head");
-	dmar_prom_sample(p, "dmar_http_connections_pending", NULL, (double)as.pending);
-	dmar_prom_head(p, "dmar_http_connections_trusted", "gauge", "Open connections that have authenticated");
-	dmar_prom_sample(p, "dmar_http_connections_trusted", NULL, (double)as.trusted);
+	dmar_prom_one(p, "dmar_http_connections_total", "counter", "Connections accepted",
+		      (double)atomic_load(&s->connections));
+	dmar_prom_one(p, "dmar_http_connections_pending", "gauge",
+		      "Open connections that have not yet sent an authenticated request head", (double)as.pending);
+	dmar_prom_one(p, "dmar_http_connections_trusted", "gauge", "Open connections that have authenticated",
+		      (double)as.trusted);
 	dmar_prom_head(p, "dmar_http_connections_closed_total", "counter",
 		       "Pending connections the admission closed: slow (no authenticated head in time), room (for "
 		       "a newer one, past the limits)");
 	dmar_prom_sample(p, "dmar_http_connections_closed_total", "reason=\"slow\"", (double)as.expired);
 	dmar_prom_sample(p, "dmar_http_connections_closed_total", "reason=\"room\"", (double)as.evicted);
-	dmar_prom_head(p, "dmar_events_clients", "gauge", "Clients following GET /v1/events");
-	dmar_prom_sample(p, "dmar_events_clients", NULL, (double)ws);
-	dmar_prom_head(p, "dmar_chunks_served_total", "counter",
-		       "Chunks sent by GET /v1/chunks/ID and POST /v1/chunks/fetch");
-	dmar_prom_sample(p, "dmar_chunks_served_total", NULL, (double)atomic_load(&s->served));
-	dmar_prom_head(p, "dmar_chunk_served_bytes_total", "counter", "Their decoded bytes");
-	dmar_prom_sample(p, "dmar_chunk_served_bytes_total", NULL, (double)atomic_load(&s->served_bytes));
+	dmar_prom_one(p, "dmar_events_clients", "gauge", "Clients following GET /v1/events", (double)ws);
+	dmar_prom_one(p, "dmar_chunks_served_total", "counter",
+		      "Chunks sent by GET /v1/chunks/ID and POST /v1/chunks/fetch", (double)atomic_load(&s->served));
+	dmar_prom_one(p, "dmar_chunk_served_bytes_total", "counter", "Their decoded bytes",
+		      (double)atomic_load(&s->served_bytes));
 }
 
 enum MHD_Result srv_h_metrics(struct req *q)

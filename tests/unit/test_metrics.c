@@ -37,6 +37,9 @@ static void test_samples(void **state)
 			"dmar_x_bytes +Inf\ndmar_x_bytes NaN\n");
 	dmar_prom_free(&p);
 	assert_null(p.buf);
+	dmar_prom_one(&p, "dmar_y_total", "counter", "How many y", 7);
+	assert_text(&p, "# HELP dmar_y_total How many y\n# TYPE dmar_y_total counter\ndmar_y_total 7\n");
+	dmar_prom_free(&p);
 }
 
 static void test_grows(void **state)
