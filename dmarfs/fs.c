@@ -563,6 +563,14 @@ int fs_copy_bufvec(void *ctx, uint8_t *dst, size_t len)
 }
 
 /* Both write paths: make room, copy the bytes in, update times. */
+/* A write or an allocation that found the arena full (r == -ENOSPC,
+ * given before any byte changed) is tried once more if settling the
+ * pending encodes (idle.h) freed anything. */
+static bool retry_when_full(struct dmarfs *fs, int r, int *tries)
+{
+	return r == -ENOSPC && (*tries)++ == 0 && idle_settle(fs, true) > 0;
+}
+
 static void do_write(fuse_req_t req, fuse_ino_t ino, off_t off, size_t size, struct fuse_file_info *fi,
 		     int (*copy)(void *ctx, uint8_t *dst, size_t len), void *ctx)
 {
@@ -570,9 +578,9 @@ static void do_write(fuse_req_t req, fuse_ino_t ino, off_t off, size_t size, str
 	struct inode *i = INO(req, ino);
 	/* O_APPEND appends at our size, not at the kernel's idea of it,
 	 * like pwrite on an O_APPEND file descriptor. */
-	int r;
+	int r, tries = 0;
 	bool kill;
-	for (int tries = 0;; tries++) {
+	do {
 		pthread_rwlock_wrlock(&i->lock);
 		uint64_t at = (fi->flags & O_APPEND) ? i->f.size : (uint64_t)off;
 		r = dmar_file_write_with(&i->f, &fs->cfg.ctx, at, size, copy, ctx);
@@ -580,12 +588,7 @@ static void do_write(fuse_req_t req, fuse_ino_t ino, off_t off, size_t size, str
 			i->mtime = i->ctime = ns_now();
 		kill = (i->mode & (S_ISUID | S_ISGID)) || i->nxa;
 		pthread_rwlock_unlock(&i->lock);
-		/* Full: the encodes still pending may free room (an ENOSPC
-		 * comes before any byte is copied, so the write can be
-		 * tried again). */
-		if (r != -ENOSPC || tries || !idle_settle(fs, true))
-			break;
-	}
+	} while (retry_when_full(fs, r, &tries));
 	if (r) {
 		fuse_reply_err(req, -r);
 		return;
@@ -766,16 +769,14 @@ static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, of
 	(void)fi;
 	struct dmarfs *fs = FS(req);
 	struct inode *i = INO(req, ino);
-	int r;
-	for (int tries = 0;; tries++) {
+	int r, tries = 0;
+	do {
 		pthread_rwlock_wrlock(&i->lock);
 		r = dmar_file_fallocate(&i->f, &fs->cfg.ctx, mode, off, len);
 		if (!r)
 			i->mtime = i->ctime = ns_now();
 		pthread_rwlock_unlock(&i->lock);
-		if (r != -ENOSPC || tries || !idle_settle(fs, true)) /* as do_write */
-			break;
-	}
+	} while (retry_when_full(fs, r, &tries));
 	fuse_reply_err(req, -r);
 }
 
