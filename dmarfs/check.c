@@ -112,7 +112,8 @@ static void compare(void *ctx, const struct dmar_id *id, const struct dmar_chunk
 {
 	struct refcmp *c = ctx;
 	struct chk *k = c->k;
-	const struct dmar_id *hit = bsearch(id, k->ids, k->n, sizeof(*id), cmp_id);
+	/* k->ids is NULL when no holder holds anything (bsearch wants a base) */
+	const struct dmar_id *hit = k->n ? bsearch(id, k->ids, k->n, sizeof(*id), cmp_id) : NULL;
 	size_t want = 0;
 	if (hit) {
 		const struct dmar_id *a = hit, *b = hit;
@@ -135,6 +136,7 @@ int dmarfs_check(struct dmarfs *fs, char **report)
 {
 	struct chk k = { .fs = fs };
 	struct dmar_arena_report rep;
+	pthread_rwlock_wrlock(&fs->steps);
 	pthread_rwlock_wrlock(&fs->ckpt);
 	pthread_mutex_lock(&fs->ns);
 	int e = dmar_arena_check(fs->cfg.ctx.arena, owners, &k, &rep);
@@ -146,6 +148,7 @@ int dmarfs_check(struct dmarfs *fs, char **report)
 	}
 	pthread_mutex_unlock(&fs->ns);
 	pthread_rwlock_unlock(&fs->ckpt);
+	pthread_rwlock_unlock(&fs->steps);
 	if (k.err) {
 		free(k.ids);
 		free(k.tabs);

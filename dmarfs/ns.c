@@ -209,6 +209,8 @@ int dmarfs_new(struct dmarfs **out, const struct dmarfs_config *cfg)
 	/* A checkpoint must not wait behind an endless run of syncs. */
 	pthread_rwlockattr_setkind_np(&ra, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
 	pthread_rwlock_init(&fs->ckpt, &ra);
+	/* and the check must not wait behind an encoder's stream of steps */
+	pthread_rwlock_init(&fs->steps, &ra);
 	pthread_rwlockattr_destroy(&ra);
 	pthread_mutex_init(&fs->ns, NULL);
 	pthread_cond_init(&fs->idle_cond, NULL);
@@ -273,6 +275,7 @@ void dmarfs_free(struct dmarfs *fs)
 	pthread_cond_destroy(&fs->idle_cond);
 	pthread_mutex_destroy(&fs->ns);
 	pthread_rwlock_destroy(&fs->ckpt);
+	pthread_rwlock_destroy(&fs->steps);
 	dmar_content_index_free(fs->own_index); /* every file is gone */
 	free(fs);
 }
@@ -1092,15 +1095,19 @@ int ns_encode(struct dmarfs *fs, struct inode *i, struct dmar_fsctx *c, int trie
 	bool done = false;
 	for (int stale = 0;;) {
 		struct dmar_encode_plan *plan = NULL;
+		pthread_rwlock_rdlock(&fs->steps);
 		pthread_rwlock_rdlock(&i->lock);
 		r = dmar_file_encode_prepare(&i->f, c, &plan);
 		pthread_rwlock_unlock(&i->lock);
-		if (r < 0 || !plan)
+		if (r < 0 || !plan) {
+			pthread_rwlock_unlock(&fs->steps);
 			break;
+		}
 		pthread_rwlock_wrlock(&i->lock);
 		r = dmar_file_encode_commit(&i->f, c, plan);
 		bool durable = i->f.dur != NULL;
 		pthread_rwlock_unlock(&i->lock);
+		pthread_rwlock_unlock(&fs->steps);
 		if (r == 0 && durable)
 			(void)persist_sync(fs, i);
 		done |= r == 0;

@@ -293,7 +293,8 @@ arena_check() {
 }
 
 # check_arena MNT [WHAT]: fail unless the arena adds up.  A busy mount
-# (an encode still running) may be off for a moment: three tries.
+# (a write or an upload in flight: check.h) may be off for a moment:
+# three tries.
 check_arena() {
 	_try=0
 	while :; do
