@@ -136,7 +136,7 @@ int dmarfs_check(struct dmarfs *fs, char **report)
 {
 	struct chk k = { .fs = fs };
 	struct dmar_arena_report rep;
-	pthread_rwlock_wrlock(&fs->steps);
+	pthread_rwlock_wrlock(&fs->busy);
 	pthread_rwlock_wrlock(&fs->ckpt);
 	pthread_mutex_lock(&fs->ns);
 	int e = dmar_arena_check(fs->cfg.ctx.arena, owners, &k, &rep);
@@ -148,7 +148,7 @@ int dmarfs_check(struct dmarfs *fs, char **report)
 	}
 	pthread_mutex_unlock(&fs->ns);
 	pthread_rwlock_unlock(&fs->ckpt);
-	pthread_rwlock_unlock(&fs->steps);
+	pthread_rwlock_unlock(&fs->busy);
 	if (k.err) {
 		free(k.ids);
 		free(k.tabs);

@@ -12,10 +12,10 @@
  * run this after every scenario (getfattr -n user.dmar.check on the
  * mount's root, or dmar check).
  *
- * The check stops namespace changes, syncs and encode steps while it runs
- * (fs->steps, fs->ckpt, fs->ns) -- the background encoder never rests long
- * -- but not writes or uploads: run it on a quiet mount, or the figures of
- * a busy one may be off by what was in flight.
+ * The check stops namespace changes, syncs and the background work (encode
+ * steps, the owners' expiry) while it runs (fs->busy, fs->ckpt, fs->ns),
+ * but not writes, uploads or the release of a file: run it on a quiet
+ * mount, or the figures of a busy one may be off by what was in flight.
  */
 #ifndef DMARFS_CHECK_H
 #define DMARFS_CHECK_H

@@ -209,8 +209,8 @@ int dmarfs_new(struct dmarfs **out, const struct dmarfs_config *cfg)
 	/* A checkpoint must not wait behind an endless run of syncs. */
 	pthread_rwlockattr_setkind_np(&ra, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
 	pthread_rwlock_init(&fs->ckpt, &ra);
-	/* and the check must not wait behind an encoder's stream of steps */
-	pthread_rwlock_init(&fs->steps, &ra);
+	/* and the check must not wait behind a stream of encode steps */
+	pthread_rwlock_init(&fs->busy, &ra);
 	pthread_rwlockattr_destroy(&ra);
 	pthread_mutex_init(&fs->ns, NULL);
 	pthread_cond_init(&fs->idle_cond, NULL);
@@ -240,9 +240,11 @@ void ns_add_owner(struct dmarfs *fs, void (*refs)(void *ctx, const struct dmar_f
 
 void ns_tick(struct dmarfs *fs)
 {
+	pthread_rwlock_rdlock(&fs->busy); /* what expires must not go mid-check */
 	for (int o = 0; o < fs->nowners; o++)
 		if (fs->owners[o].tick)
 			fs->owners[o].tick(fs->owners[o].ctx);
+	pthread_rwlock_unlock(&fs->busy);
 }
 
 uint64_t ns_env_knob(const char *env, uint64_t dflt, uint64_t *once)
@@ -275,7 +277,7 @@ void dmarfs_free(struct dmarfs *fs)
 	pthread_cond_destroy(&fs->idle_cond);
 	pthread_mutex_destroy(&fs->ns);
 	pthread_rwlock_destroy(&fs->ckpt);
-	pthread_rwlock_destroy(&fs->steps);
+	pthread_rwlock_destroy(&fs->busy);
 	dmar_content_index_free(fs->own_index); /* every file is gone */
 	free(fs);
 }
@@ -1095,19 +1097,19 @@ int ns_encode(struct dmarfs *fs, struct inode *i, struct dmar_fsctx *c, int trie
 	bool done = false;
 	for (int stale = 0;;) {
 		struct dmar_encode_plan *plan = NULL;
-		pthread_rwlock_rdlock(&fs->steps);
+		pthread_rwlock_rdlock(&fs->busy);
 		pthread_rwlock_rdlock(&i->lock);
 		r = dmar_file_encode_prepare(&i->f, c, &plan);
 		pthread_rwlock_unlock(&i->lock);
 		if (r < 0 || !plan) {
-			pthread_rwlock_unlock(&fs->steps);
+			pthread_rwlock_unlock(&fs->busy);
 			break;
 		}
 		pthread_rwlock_wrlock(&i->lock);
 		r = dmar_file_encode_commit(&i->f, c, plan);
 		bool durable = i->f.dur != NULL;
 		pthread_rwlock_unlock(&i->lock);
-		pthread_rwlock_unlock(&fs->steps);
+		pthread_rwlock_unlock(&fs->busy);
 		if (r == 0 && durable)
 			(void)persist_sync(fs, i);
 		done |= r == 0;

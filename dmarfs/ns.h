@@ -11,8 +11,10 @@
  *
  * Locking (the order is the list's):
  *   i->encode_mu  one encoder of a file at a time (ns_encode);
- *   fs->steps  rwlock: shared for one encode step (prepare to commit: its
- *              chunks are in the store, held by no file yet), exclusive
+ *   fs->busy   rwlock: shared by the background work that moves chunk
+ *              references outside the locks below -- an encode step
+ *              (prepare to commit: its chunks are in the store, held by
+ *              no file yet) and the owners' ticks (expiry) -- exclusive
  *              for the check (check.h), which must see none in flight;
  *   fs->ckpt   rwlock: shared around a change recorded without fs->ns (a
  *              file's contents or attributes), exclusive for a checkpoint
@@ -96,7 +98,7 @@ struct dmarfs_config {
 
 struct dmarfs {
 	struct dmarfs_config cfg;
-	pthread_rwlock_t steps;
+	pthread_rwlock_t busy;
 	pthread_rwlock_t ckpt;
 	pthread_mutex_t ns;
 	struct inode *root;

@@ -297,6 +297,11 @@ static void kforget(struct kern *k, uint64_t ino)
 {
 	struct fuse_forget_in in = { .nlookup = 1 };
 	ksend(k, FUSE_FORGET, ino, &in, sizeof(in), NULL);
+	/* FORGET has no reply: a request after it that has one returns once
+	 * the FORGET was handled (one loop thread, requests in order), so a
+	 * check that follows sees what it freed. */
+	struct fuse_getattr_in gi = { 0 };
+	assert_int_equal(KCALL(k, NULL, FUSE_GETATTR, FUSE_ROOT_ID, &gi, sizeof(gi)), 0);
 }
 
 /* The names of dir's listing, in order, "name/" for directories, each
