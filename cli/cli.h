@@ -121,8 +121,6 @@ enum { CLI_OPT_PEERS = 300, CLI_OPT_TOKEN, CLI_OPT_TLS_CA, CLI_OPT_NEXT };
 	{ "tls-ca", required_argument, NULL, CLI_OPT_TLS_CA }
 bool cli_net_option(int c, struct cli_net *n);
 void cli_net_free(struct cli_net *n); /* wipes the token */
-/* "HOST:PORT" (IPv6 in brackets) into buf[cap]. */
-const char *cli_peer_address(const struct dmar_peer *p, char *buf, size_t cap);
 /* Why a client call failed, for a message: "arena full (ENOSPC)" from
  * err's message (or strerror) and the errno's name.  Returns buf. */
 const char *cli_net_why(int r, const struct dmar_error *err, char *buf, size_t cap);

@@ -81,7 +81,7 @@ int cli_events_open(struct cli_events **out, const struct cli_net *net, const st
 	e->ctx = ctx;
 	struct dmar_ws_client_opts o = {
 		.url = url,
-		.host = cli_peer_address(p, host, sizeof(host)),
+		.host = dmar_peers_address(p, host, sizeof(host)),
 		.path = "/v1/events",
 		.token = net->token,
 		.tls_ca = net->tls_ca,

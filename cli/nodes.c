@@ -23,6 +23,7 @@
 #include "cli.h"
 #include "net/client.h"
 #include "net/peers.h"
+#include "net/probe.h"
 #include "net/wire.h"
 #include "net/ws.h"
 
@@ -109,13 +110,6 @@ void cli_net_free(struct cli_net *n)
 	n->peers = NULL;
 }
 
-const char *cli_peer_address(const struct dmar_peer *p, char *buf, size_t cap)
-{
-	bool v6 = strchr(p->host, ':') != NULL;
-	snprintf(buf, cap, "%s%s%s:%u", v6 ? "[" : "", p->host, v6 ? "]" : "", (unsigned)p->port);
-	return buf;
-}
-
 const char *cli_net_why(int r, const struct dmar_error *err, char *buf, size_t cap)
 {
 	const char *msg = err && err->code && err->msg[0] ? err->msg : strerror(-r);
@@ -138,39 +132,6 @@ static const char nodes_help[] =
 	"      --json           one JSON array, an object per peer\n"
 	"  -h, --help           this help\n";
 
-#define NODES_CONNECT_MS 1500
-#define NODES_TIMEOUT_MS 4000
-#define NODES_THREADS 16
-
-struct node_row {
-	const struct dmar_peer *p;
-	json_t *info;            /* the answer, or NULL */
-	int r;                   /* 0 or the failure */
-	struct dmar_error err;
-};
-
-struct nodes_job {
-	struct cli_net *net;
-	struct node_row *rows;
-	size_t n;
-	size_t next; /* atomic */
-};
-
-static void *nodes_worker(void *arg)
-{
-	struct nodes_job *j = arg;
-	for (;;) {
-		size_t i = __atomic_fetch_add(&j->next, 1, __ATOMIC_RELAXED);
-		if (i >= j->n)
-			return NULL;
-		struct node_row *w = &j->rows[i];
-		struct dmar_client *c = NULL;
-		if ((w->r = cli_net_open(j->net, w->p, NODES_CONNECT_MS, NODES_TIMEOUT_MS, &c, &w->err)) == 0)
-			w->r = dmar_client_info(c, &w->info, &w->err);
-		dmar_client_free(c);
-	}
-}
-
 static json_int_t jint(json_t *o, const char *a, const char *b)
 {
 	json_t *v = json_object_get(o, a);
@@ -179,32 +140,38 @@ static json_int_t jint(json_t *o, const char *a, const char *b)
 	return json_is_integer(v) ? json_integer_value(v) : -1;
 }
 
-static void nodes_table(const struct node_row *rows, size_t n)
+static const char *jstr(json_t *o, const char *k)
+{
+	const char *s = json_string_value(json_object_get(o, k));
+	return s ? s : "-";
+}
+
+/* The probe's rows (net/probe.h) as a table. */
+static void nodes_table(json_t *rows)
 {
 	int wn = 4, wa = 7;
-	char addr[DMAR_PEER_URL_MAX + 8];
-	for (size_t i = 0; i < n; i++) {
-		int l = (int)strlen(rows[i].p->name);
+	size_t i;
+	json_t *w;
+	json_array_foreach(rows, i, w) {
+		int l = (int)strlen(jstr(w, "name"));
 		wn = l > wn ? l : wn;
-		l = (int)strlen(cli_peer_address(rows[i].p, addr, sizeof(addr))) + (rows[i].p->tls ? 6 : 0);
+		l = (int)strlen(jstr(w, "address")) + (strncmp(jstr(w, "url"), "https:", 6) ? 0 : 6);
 		wa = l > wa ? l : wa;
 	}
 	printf("%-*s  %-*s  %-11s  %-23s  %8s  %s\n", wn, "NAME", wa, "ADDRESS", "STATE", "ARENA USED / SIZE", "CHUNKS",
 	       "ENCODE");
-	for (size_t i = 0; i < n; i++) {
-		const struct node_row *w = &rows[i];
+	json_array_foreach(rows, i, w) {
 		char a[DMAR_PEER_URL_MAX + 8];
-		cli_peer_address(w->p, addr, sizeof(addr));
-		snprintf(a, sizeof(a), "%s%s", addr, w->p->tls ? " https" : "");
-		if (w->r < 0) {
-			char why[400];
-			printf("%-*s  %-*s  %-11s  %s\n", wn, w->p->name, wa, a, "unreachable",
-			       cli_net_why(w->r, &w->err, why, sizeof(why)));
+		snprintf(a, sizeof(a), "%s%s", jstr(w, "address"), strncmp(jstr(w, "url"), "https:", 6) ? "" : " https");
+		if (!json_is_true(json_object_get(w, "reachable"))) {
+			printf("%-*s  %-*s  %-11s  %s (%s)\n", wn, jstr(w, "name"), wa, a, "unreachable", jstr(w, "error"),
+			       jstr(w, "errno"));
 			continue;
 		}
+		json_t *info = json_object_get(w, "node");
 		char u[32], s[32], arena[80], chunks[32];
-		json_int_t used = jint(w->info, "arena", "used"), size = jint(w->info, "arena", "size");
-		json_int_t nch = jint(w->info, "store", "chunks");
+		json_int_t used = jint(info, "arena", "used"), size = jint(info, "arena", "size");
+		json_int_t nch = jint(info, "store", "chunks");
 		if (used >= 0 && size >= 0)
 			snprintf(arena, sizeof(arena), "%s / %s", dmar_size_format((uint64_t)used, u), dmar_size_format((uint64_t)size, s));
 		else
@@ -213,45 +180,9 @@ static void nodes_table(const struct node_row *rows, size_t n)
 			snprintf(chunks, sizeof(chunks), "%" JSON_INTEGER_FORMAT, nch);
 		else
 			snprintf(chunks, sizeof(chunks), "-");
-		const char *enc = json_string_value(json_object_get(w->info, "encode"));
-		printf("%-*s  %-*s  %-11s  %-23s  %8s  %s\n", wn, w->p->name, wa, a, "reachable", arena, chunks,
-		       enc ? enc : "-");
+		printf("%-*s  %-*s  %-11s  %-23s  %8s  %s\n", wn, jstr(w, "name"), wa, a, "reachable", arena, chunks,
+		       jstr(info, "encode"));
 	}
-}
-
-static int nodes_json(const struct node_row *rows, size_t n)
-{
-	json_t *arr = json_array();
-	for (size_t i = 0; arr && i < n; i++) {
-		const struct node_row *w = &rows[i];
-		char addr[DMAR_PEER_URL_MAX], url[DMAR_PEER_URL_MAX];
-		dmar_peers_url(w->p, url, sizeof(url));
-		json_t *o = json_pack("{s:s, s:s, s:s, s:b}", "name", w->p->name, "address",
-				      cli_peer_address(w->p, addr, sizeof(addr)), "url", url, "reachable", w->r == 0);
-		if (!o)
-			break;
-		if (w->r == 0) {
-			json_object_set(o, "node", w->info);
-		} else {
-			json_object_set_new(o, "error", json_string(w->err.code ? w->err.msg : strerror(-w->r)));
-			json_object_set_new(o, "errno", json_string(dmar_wire_errno_name(w->r)));
-		}
-		json_array_append_new(arr, o);
-	}
-	if (!arr || json_array_size(arr) != n) {
-		json_decref(arr);
-		cli_err("out of memory");
-		return -1;
-	}
-	char *s = json_dumps(arr, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
-	json_decref(arr);
-	if (!s) {
-		cli_err("out of memory");
-		return -1;
-	}
-	puts(s);
-	free(s);
-	return 0;
 }
 
 int cmd_nodes(int argc, char **argv)
@@ -280,36 +211,32 @@ int cmd_nodes(int argc, char **argv)
 	if (cli_net_load(&net) < 0)
 		return 1;
 	size_t n = dmar_peers_count(net.peers);
-	struct node_row *rows = calloc(n ? n : 1, sizeof(*rows));
-	if (!rows) {
+	struct dmar_probe_opts po = { .token = net.token, .tls_ca = net.tls_ca };
+	json_t *rows = NULL;
+	if (dmar_probe_peers(net.peers, &po, &rows) < 0) {
 		cli_err("out of memory");
 		cli_net_free(&net);
 		return 1;
 	}
-	for (size_t i = 0; i < n; i++)
-		rows[i].p = dmar_peers_get(net.peers, i);
-	struct nodes_job job = { .net = &net, .rows = rows, .n = n };
-	unsigned nt = n < NODES_THREADS ? (unsigned)n : NODES_THREADS;
-	pthread_t tid[NODES_THREADS];
-	unsigned started = 0;
-	for (; started + 1 < nt; started++)
-		if (pthread_create(&tid[started], NULL, nodes_worker, &job) != 0)
-			break;
-	nodes_worker(&job);
-	for (unsigned i = 0; i < started; i++)
-		pthread_join(tid[i], NULL);
-
 	int status = 0;
-	for (size_t i = 0; i < n; i++)
-		if (rows[i].r < 0)
+	size_t i;
+	json_t *w;
+	json_array_foreach(rows, i, w)
+		if (!json_is_true(json_object_get(w, "reachable")))
 			status = 1;
-	if (as_json ? nodes_json(rows, n) < 0 : (nodes_table(rows, n), false))
-		status = 1;
+	if (as_json) {
+		char *s = json_dumps(rows, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+		if (s)
+			puts(s);
+		else
+			cli_err("out of memory"), status = 1;
+		free(s);
+	} else {
+		nodes_table(rows);
+	}
 	if (n == 0 && !as_json)
 		fprintf(stderr, "dmar: nodes: the peers file lists no peers\n");
-	for (size_t i = 0; i < n; i++)
-		json_decref(rows[i].info);
-	free(rows);
+	json_decref(rows);
 	cli_net_free(&net);
 	return status;
 }
@@ -446,7 +373,7 @@ int cmd_watch(int argc, char **argv)
 		char why[400], addr[DMAR_PEER_URL_MAX];
 		struct dmar_error e = { .code = r };
 		snprintf(e.msg, sizeof(e.msg), "%s", err.msg[0] ? err.msg : strerror(-r));
-		cli_err("%s (%s): %s", w.node, cli_peer_address(p, addr, sizeof(addr)),
+		cli_err("%s (%s): %s", w.node, dmar_peers_address(p, addr, sizeof(addr)),
 			cli_net_why(r, &e, why, sizeof(why)));
 		status = 1;
 	}

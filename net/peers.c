@@ -69,6 +69,13 @@ int dmar_peers_url(const struct dmar_peer *peer, char *buf, size_t cap)
 	return n;
 }
 
+const char *dmar_peers_address(const struct dmar_peer *peer, char *buf, size_t cap)
+{
+	bool v6 = strchr(peer->host, ':') != NULL;
+	snprintf(buf, cap, "%s%s%s:%u", v6 ? "[" : "", peer->host, v6 ? "]" : "", (unsigned)peer->port);
+	return buf;
+}
+
 /* ---- parsing --------------------------------------------------------- */
 
 static bool is_space(char c)

@@ -128,6 +128,9 @@ const struct dmar_peer *dmar_peers_find(const struct dmar_peers *p, const char *
  */
 #define DMAR_PEER_URL_MAX (sizeof("https://[]:65535") + DMAR_PEER_HOST_MAX)
 int dmar_peers_url(const struct dmar_peer *peer, char *buf, size_t cap);
+/* "10.0.0.2:7420", "[::1]:7420": the URL without its scheme, for people
+ * (and libcurl's connect-to).  Returns buf; cut short if cap is. */
+const char *dmar_peers_address(const struct dmar_peer *peer, char *buf, size_t cap);
 
 /*
  * Read the shared secret (the bearer token) from the file at path, refusing

@@ -1,0 +1,130 @@
+/* SPDX-License-Identifier: MIT */
+#include "config.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "client.h"
+#include "probe.h"
+#include "wire.h"
+
+#define PROBE_THREADS 16
+
+struct row {
+	const struct dmar_peer *p;
+	json_t *info; /* the answer, or NULL */
+	int r;        /* 0 or the failure */
+	double ms;
+	struct dmar_error err;
+};
+
+struct job {
+	const struct dmar_probe_opts *o;
+	struct row *rows;
+	size_t n;
+	size_t next; /* atomic */
+};
+
+static double now_ms(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
+}
+
+static void probe_one(const struct dmar_probe_opts *o, struct row *w)
+{
+	const struct dmar_peer *p = w->p;
+	if (o->self && o->self_info && !strcmp(p->name, o->self)) {
+		double t0 = now_ms();
+		w->r = o->self_info(o->self_ctx, &w->info, &w->err);
+		w->ms = now_ms() - t0;
+		return;
+	}
+	char url[DMAR_PEER_URL_MAX];
+	if (dmar_peers_url(p, url, sizeof(url)) < 0) {
+		w->r = dmar_error_set(&w->err, -ENAMETOOLONG, "address too long");
+		return;
+	}
+	struct dmar_client_opts co = {
+		.name = p->name,
+		.url = url,
+		.token = o->token,
+		.tls_ca = o->tls_ca,
+		.connect_timeout_ms = o->connect_timeout_ms ? o->connect_timeout_ms : DMAR_PROBE_CONNECT_MS,
+		.timeout_ms = o->timeout_ms ? o->timeout_ms : DMAR_PROBE_TIMEOUT_MS,
+	};
+	struct dmar_client *c = NULL;
+	double t0 = now_ms();
+	if ((w->r = dmar_client_new(&c, &co, &w->err)) == 0)
+		w->r = dmar_client_info(c, &w->info, &w->err);
+	w->ms = now_ms() - t0;
+	dmar_client_free(c);
+}
+
+static void *worker(void *arg)
+{
+	struct job *j = arg;
+	for (;;) {
+		size_t i = __atomic_fetch_add(&j->next, 1, __ATOMIC_RELAXED);
+		if (i >= j->n)
+			return NULL;
+		probe_one(j->o, &j->rows[i]);
+	}
+}
+
+static json_t *row_json(const struct dmar_probe_opts *o, struct row *w)
+{
+	char addr[DMAR_PEER_URL_MAX], url[DMAR_PEER_URL_MAX];
+	dmar_peers_address(w->p, addr, sizeof(addr));
+	dmar_peers_url(w->p, url, sizeof(url));
+	json_t *r = json_pack("{s:s, s:s, s:s, s:b}", "name", w->p->name, "address", addr, "url", url, "reachable",
+			      w->r == 0);
+	if (!r)
+		return NULL;
+	if (o->self && !strcmp(w->p->name, o->self))
+		json_object_set_new(r, "self", json_true());
+	if (w->r == 0) {
+		json_object_set_new(r, "ms", json_real((double)(long)(w->ms * 1000) / 1000));
+		json_object_set(r, "node", w->info);
+	} else {
+		json_object_set_new(r, "error", json_string(w->err.code && w->err.msg[0] ? w->err.msg : strerror(-w->r)));
+		json_object_set_new(r, "errno", json_string(dmar_wire_errno_name(w->r)));
+	}
+	return r;
+}
+
+int dmar_probe_peers(const struct dmar_peers *peers, const struct dmar_probe_opts *o, json_t **out)
+{
+	size_t n = dmar_peers_count(peers);
+	struct row *rows = calloc(n ? n : 1, sizeof(*rows));
+	if (!rows)
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++)
+		rows[i].p = dmar_peers_get(peers, i);
+	struct job j = { .o = o, .rows = rows, .n = n };
+	unsigned nt = n < PROBE_THREADS ? (unsigned)n : PROBE_THREADS, started = 0;
+	pthread_t tid[PROBE_THREADS];
+	for (; started + 1 < nt; started++)
+		if (pthread_create(&tid[started], NULL, worker, &j) != 0)
+			break;
+	worker(&j);
+	for (unsigned i = 0; i < started; i++)
+		pthread_join(tid[i], NULL);
+	json_t *arr = json_array();
+	for (size_t i = 0; arr && i < n; i++)
+		if (json_array_append_new(arr, row_json(o, &rows[i])) < 0) {
+			json_decref(arr);
+			arr = NULL;
+		}
+	for (size_t i = 0; i < n; i++)
+		json_decref(rows[i].info);
+	free(rows);
+	if (!arr)
+		return -ENOMEM;
+	*out = arr;
+	return 0;
+}
