@@ -1254,14 +1254,26 @@ struct progress {
 	double next;
 };
 
+/* A running push's bytes done: the file's bytes the peer holds so far,
+ * those it had (all but todo_bytes) and those sent since. */
+static uint64_t xfer_done(const struct dmar_xfer_stats *st)
+{
+	uint64_t pending = st->todo_bytes > st->chunk_bytes ? st->todo_bytes - st->chunk_bytes : 0;
+	return st->logical > pending ? st->logical - pending : 0;
+}
+
+/* An event of a transfer: base's fields, type and st's figures.  A
+ * progress event's logical_bytes (and effective speed) are what is done
+ * so far; the others' the file's. */
 static json_t *xfer_event(const char *type, json_t *base, const struct dmar_xfer_stats *st)
 {
 	json_t *ev = json_deep_copy(base);
 	if (!ev)
 		return NULL;
 	double s = st->seconds > 0 ? st->seconds : 1e-9;
+	uint64_t logical = strcmp(type, "transfer.progress") ? st->logical : xfer_done(st);
 	json_object_set_new(ev, "type", json_string(type));
-	json_object_set_new(ev, "logical_bytes", json_integer((json_int_t)st->logical));
+	json_object_set_new(ev, "logical_bytes", json_integer((json_int_t)logical));
 	json_object_set_new(ev, "wire_bytes", json_integer((json_int_t)st->wire_bytes));
 	json_object_set_new(ev, "chunks_sent", json_integer((json_int_t)st->sent_chunks));
 	json_object_set_new(ev, "chunk_bytes", json_integer((json_int_t)st->chunk_bytes));
@@ -1270,7 +1282,7 @@ static json_t *xfer_event(const char *type, json_t *base, const struct dmar_xfer
 	json_object_set_new(ev, "requests", json_integer((json_int_t)st->requests));
 	json_object_set_new(ev, "connects", json_integer((json_int_t)st->connects));
 	json_object_set_new(ev, "seconds", json_real(st->seconds));
-	json_object_set_new(ev, "effective_MBps", json_real(st->logical / s / 1e6));
+	json_object_set_new(ev, "effective_MBps", json_real(logical / s / 1e6));
 	json_object_set_new(ev, "wire_MBps", json_real(st->wire_bytes / s / 1e6));
 	return ev;
 }
@@ -1279,7 +1291,8 @@ static void on_progress(void *ctx, const struct dmar_xfer_stats *st)
 {
 	struct progress *p = ctx;
 	double t = now_seconds();
-	if (t < p->next || !p->n->server)
+	/* nothing to tell before the peer said what it lacks */
+	if (t < p->next || !p->n->server || (!st->todo_bytes && !st->chunk_bytes))
 		return;
 	p->next = t + 0.25; /* four a second is plenty for a progress bar */
 	json_t *ev = xfer_event("transfer.progress", p->base, st);

@@ -73,6 +73,8 @@ struct dmar_xfer_stats {
 	uint64_t chunks;      /* distinct chunks in the recipe / asked for */
 	uint64_t sent_chunks; /* chunks that crossed the wire */
 	uint64_t chunk_bytes; /* their decoded bytes */
+	uint64_t todo_bytes;  /* push: decoded bytes of the chunks the peer lacked, to send, as
+			       * far as its answers told so far (chunk_bytes of them are sent) */
 	uint64_t zchunk_bytes; /* of those, the bytes that went compressed (a frame, or a compressed batch) */
 	uint64_t wire_bytes;  /* HTTP bytes both ways: headers and bodies */
 	uint64_t round_trips; /* sequential request rounds (parallel batches count once) */

@@ -751,6 +751,10 @@ int dmar_client_push(struct dmar_client *c, const char *path, const struct dmar_
 	}
 	slen = dmar_recipe_short_write(r, &rid, DMAR_RECIPE_SHORT_IDLEN, sb);
 	for (int attempt = 0;;) {
+		pthread_mutex_lock(&p.e.lock);
+		for (size_t i = 0; i < ntodo; i++)
+			p.e.st.todo_bytes += p.hint[todo[i]];
+		pthread_mutex_unlock(&p.e.lock);
 		if (ntodo && (ret = push_upload(&p, todo, ntodo, &t.rounds)) < 0)
 			goto out;
 		ntodo = 0;
