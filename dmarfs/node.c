@@ -28,6 +28,7 @@
 #include "node.h"
 #include "codec/idset.h"
 #include "net/peers.h"
+#include "net/probe.h"
 #include "net/relay.h"
 #include "net/swarm.h"
 #include "net/server.h"
@@ -103,6 +104,12 @@ struct dmarfs_node {
 	/* files committed here: from a recipe, from content held (clone) */
 	_Atomic uint64_t commits_recipe, commits_content;
 	json_t *xfer_last;
+	/* GET /v1/mesh: the last probe of the peers and when it ended
+	 * (mono_ms), under mesh_lock, which is held for a probe. */
+	pthread_mutex_t mesh_lock;
+	json_t *mesh;
+	uint64_t mesh_at;
+	char url[DMAR_PEER_URL_MAX + 256]; /* this node's own, as its peers reach it */
 };
 
 static uint64_t mono(void)
@@ -1140,6 +1147,48 @@ static int op_transfer(void *ctx, const char *path, const char *to, const char *
 	return *out ? 0 : -ENOMEM;
 }
 
+/* A probe of the peers serves the mesh's askers for this long: a page open
+ * in many browsers costs each peer one GET /v1/node a second at most. */
+#define MESH_FRESH_MS 1000
+#define MESH_CONNECT_MS 1000
+#define MESH_TIMEOUT_MS 2000
+
+/* GET /v1/mesh: every peer's GET /v1/node at once (net/probe.h), this
+ * node's own row first when the peers file does not list it. */
+static int op_mesh(void *ctx, json_t **out, struct dmar_error *err)
+{
+	struct dmarfs_node *n = ctx;
+	pthread_mutex_lock(&n->mesh_lock);
+	if (!n->mesh || mono_ms() - n->mesh_at >= MESH_FRESH_MS) {
+		struct dmar_probe_opts po = { .token = n->token, .tls_ca = n->cfg.tls_ca,
+					      .connect_timeout_ms = MESH_CONNECT_MS, .timeout_ms = MESH_TIMEOUT_MS,
+					      .self = n->name, .self_info = op_info, .self_ctx = n };
+		json_t *rows = NULL;
+		if (n->peers ? dmar_probe_peers(n->peers, &po, &rows) < 0 : !(rows = json_array())) {
+			pthread_mutex_unlock(&n->mesh_lock);
+			return dmar_error_set(err, -ENOMEM, "out of memory");
+		}
+		if (!dmar_peers_find(n->peers, n->name)) {
+			json_t *info = NULL, *self = NULL;
+			if (op_info(n, &info, err) == 0)
+				self = json_pack("{s:s, s:s, s:s, s:b, s:b, s:f, s:o}", "name", n->name, "address",
+						 strstr(n->url, "://") ? strstr(n->url, "://") + 3 : n->url, "url", n->url,
+						 "reachable", 1, "self", 1, "ms", 0.0, "node", info);
+			if (!self || json_array_insert_new(rows, 0, self) < 0) {
+				json_decref(rows);
+				pthread_mutex_unlock(&n->mesh_lock);
+				return dmar_error_set(err, -ENOMEM, "out of memory");
+			}
+		}
+		json_decref(n->mesh);
+		n->mesh = json_pack("{s:s, s:o}", "node", n->name, "nodes", rows);
+		n->mesh_at = mono_ms();
+	}
+	*out = json_incref(n->mesh);
+	pthread_mutex_unlock(&n->mesh_lock);
+	return *out ? 0 : dmar_error_set(err, -ENOMEM, "out of memory");
+}
+
 static const struct dmar_node_ops node_ops = {
 	.info = op_info,
 	.stat = op_stat,
@@ -1156,6 +1205,7 @@ static const struct dmar_node_ops node_ops = {
 	.symlink = op_symlink,
 	.unstage = op_unstage,
 	.metrics = op_metrics,
+	.mesh = op_mesh,
 };
 
 /* ---- shipping ------------------------------------------------------------ */
@@ -1559,6 +1609,8 @@ int dmarfs_node_new(struct dmarfs_node **out, struct dmarfs *fs, const struct dm
 	pthread_mutex_init(&n->stage_lock, NULL);
 	ns_add_owner(fs, stage_refs, stage_tick, stage_shed, n);
 	pthread_mutex_init(&n->xfer_lock, NULL);
+	pthread_mutex_init(&n->mesh_lock, NULL);
+	self_url(cfg, cfg->tls_cert != NULL, n->url, sizeof(n->url));
 	dmar_hist_init(&n->xfer_eff, speed_bounds, sizeof(speed_bounds) / sizeof(speed_bounds[0]), 1);
 	dmar_hist_init(&n->xfer_wspeed, speed_bounds, sizeof(speed_bounds) / sizeof(speed_bounds[0]), 1);
 	int r = 0;
@@ -1663,7 +1715,9 @@ void dmarfs_node_free(struct dmarfs_node *n)
 	stage_clear(n);
 	pthread_mutex_destroy(&n->stage_lock);
 	pthread_mutex_destroy(&n->xfer_lock);
+	pthread_mutex_destroy(&n->mesh_lock);
 	json_decref(n->xfer_last);
+	json_decref(n->mesh);
 	if (n->token)
 		memset(n->token, 0, strlen(n->token));
 	free(n->token);

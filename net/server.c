@@ -182,25 +182,54 @@ bool srv_header_has_token(const char *value, const char *token)
 	return false;
 }
 
+static bool token_is(const struct dmar_server *s, const void *secret, size_t len)
+{
+	/* Hashing first makes the comparison constant-time in the length too. */
+	struct dmar_id got;
+	dmar_hash(secret, len, &got);
+	uint8_t diff = 0;
+	for (size_t i = 0; i < DMAR_HASH_SIZE; i++)
+		diff |= got.b[i] ^ s->token_hash.b[i];
+	return diff == 0;
+}
+
+/* A browser's websocket cannot send Authorization: it offers the token as
+ * the subprotocol dmar.token.HEX beside dmar.v1 (the one answered). */
+static bool ws_token(struct req *q)
+{
+	const char *v = srv_header(q, "Sec-WebSocket-Protocol");
+	if (!v || !srv_header_has_token(srv_header(q, MHD_HTTP_HEADER_UPGRADE), "websocket"))
+		return false;
+	const char *p = strstr(v, SRV_WS_TOKEN);
+	if (!p)
+		return false;
+	p += strlen(SRV_WS_TOKEN);
+	uint8_t secret[DMAR_TOKEN_MAX];
+	size_t n = 0;
+	for (; dmar_hexval(p[0]) >= 0 && dmar_hexval(p[1]) >= 0; p += 2) {
+		if (n == sizeof(secret))
+			return false;
+		secret[n++] = (uint8_t)(dmar_hexval(p[0]) << 4 | dmar_hexval(p[1]));
+	}
+	bool ok = (*p == 0 || *p == ',' || *p == ' ') && token_is(q->s, secret, n);
+	explicit_bzero(secret, n);
+	return ok;
+}
+
 static bool authorized(struct req *q)
 {
 	if (!q->s->has_token)
 		return true;
 	const char *h = srv_header(q, MHD_HTTP_HEADER_AUTHORIZATION);
-	if (!h || strncasecmp(h, "Bearer ", 7) != 0)
+	if (!h)
+		return ws_token(q);
+	if (strncasecmp(h, "Bearer ", 7) != 0)
 		return false;
 	h += 7;
 	while (*h == ' ')
 		h++;
-	/* Hashing first makes the comparison constant-time in the length too. */
-	struct dmar_id got;
-	dmar_hash(h, strlen(h), &got);
-	uint8_t diff = 0;
-	for (size_t i = 0; i < DMAR_HASH_SIZE; i++)
-		diff |= got.b[i] ^ q->s->token_hash.b[i];
-	return diff == 0;
+	return token_is(q->s, h, strlen(h));
 }
-
 
 /*
  * The URL's path part after the route's prefix, percent-decoded once
@@ -290,20 +319,23 @@ json_t *srv_hex_id(const struct dmar_id *id)
 
 /* Exact paths before the patterns that would swallow them. */
 static const struct route routes[] = {
-	{ "GET", "/v1/node", MATCH_EXACT, BODY_NONE, { NULL }, srv_h_node },
-	{ "POST", "/v1/chunks/query", MATCH_EXACT, BODY_BUF, { CT_IDS }, srv_h_query },
-	{ "POST", "/v1/chunks/fetch", MATCH_EXACT, BODY_BUF, { CT_IDS }, srv_h_fetch },
-	{ "POST", "/v1/chunks", MATCH_EXACT, BODY_BATCH, { CT_CHUNKS }, srv_h_put_chunks },
-	{ "GET", "/v1/chunks/", MATCH_ID, BODY_NONE, { NULL }, srv_h_get_chunk },
-	{ "GET", "/v1/files", MATCH_TREE, BODY_NONE, { NULL }, srv_h_stat },
-	{ "DELETE", "/v1/files", MATCH_TREE, BODY_NONE, { NULL }, srv_h_remove },
-	{ "PUT", "/v1/files", MATCH_TREE, BODY_BUF, { CT_RECIPE, CT_RECIPE_SHORT }, srv_h_commit },
-	{ "PUT", "/v1/dirs", MATCH_TREE, BODY_JSON, { CT_JSON }, srv_h_mkdir },
-	{ "GET", "/v1/recipes", MATCH_TREE, BODY_NONE, { NULL }, srv_h_recipe },
-	{ "POST", "/v1/transfers", MATCH_EXACT, BODY_JSON, { CT_JSON }, srv_h_transfer },
-	{ "POST", "/v1/tree", MATCH_EXACT, BODY_TREE, { CT_TREE }, srv_h_tree },
-	{ "GET", "/v1/events", MATCH_EXACT, BODY_NONE, { NULL }, srv_h_events },
-	{ "GET", "/metrics", MATCH_EXACT, BODY_NONE, { NULL }, srv_h_metrics },
+	{ "GET", "/v1/node", MATCH_EXACT, BODY_NONE, { NULL }, srv_h_node, false },
+	{ "POST", "/v1/chunks/query", MATCH_EXACT, BODY_BUF, { CT_IDS }, srv_h_query, false },
+	{ "POST", "/v1/chunks/fetch", MATCH_EXACT, BODY_BUF, { CT_IDS }, srv_h_fetch, false },
+	{ "POST", "/v1/chunks", MATCH_EXACT, BODY_BATCH, { CT_CHUNKS }, srv_h_put_chunks, false },
+	{ "GET", "/v1/chunks/", MATCH_ID, BODY_NONE, { NULL }, srv_h_get_chunk, false },
+	{ "GET", "/v1/files", MATCH_TREE, BODY_NONE, { NULL }, srv_h_stat, false },
+	{ "DELETE", "/v1/files", MATCH_TREE, BODY_NONE, { NULL }, srv_h_remove, false },
+	{ "PUT", "/v1/files", MATCH_TREE, BODY_BUF, { CT_RECIPE, CT_RECIPE_SHORT }, srv_h_commit, false },
+	{ "PUT", "/v1/dirs", MATCH_TREE, BODY_JSON, { CT_JSON }, srv_h_mkdir, false },
+	{ "GET", "/v1/recipes", MATCH_TREE, BODY_NONE, { NULL }, srv_h_recipe, false },
+	{ "POST", "/v1/transfers", MATCH_EXACT, BODY_JSON, { CT_JSON }, srv_h_transfer, false },
+	{ "POST", "/v1/tree", MATCH_EXACT, BODY_TREE, { CT_TREE }, srv_h_tree, false },
+	{ "GET", "/v1/events", MATCH_EXACT, BODY_NONE, { NULL }, srv_h_events, false },
+	{ "GET", "/metrics", MATCH_EXACT, BODY_NONE, { NULL }, srv_h_metrics, false },
+	{ "GET", "/v1/mesh", MATCH_EXACT, BODY_NONE, { NULL }, srv_h_mesh, false },
+	{ "GET", "/ui", MATCH_TREE, BODY_NONE, { NULL }, srv_h_ui, true },
+	{ "GET", "/", MATCH_EXACT, BODY_NONE, { NULL }, srv_h_ui, true },
 };
 #define NROUTES (sizeof(routes) / sizeof(routes[0]))
 _Static_assert(NROUTES <= SRV_ROUTES_MAX, "SRV_ROUTES_MAX: room for every route's metrics");
@@ -339,6 +371,15 @@ static const char *route_rest(const struct route *rt, const char *url)
 		return strchr(rest, '/') ? NULL : rest;
 	}
 	return NULL;
+}
+
+/* Is url, asked with method, one of the routes served without the token? */
+static bool open_route(const char *url, const char *method)
+{
+	for (size_t i = 0; i < NROUTES; i++)
+		if (routes[i].open && !strcmp(routes[i].method, method) && route_rest(&routes[i], url))
+			return true;
+	return false;
 }
 
 static bool same_pattern(const struct route *a, const struct route *b)
@@ -402,10 +443,12 @@ static enum MHD_Result count_framing(void *cls, enum MHD_ValueKind kind, const c
 static enum MHD_Result begin(struct req *q, const char *url, const char *method)
 {
 	struct dmar_server *s = q->s;
-	if (!authorized(q))
+	bool trusted = authorized(q);
+	if (!trusted && !open_route(url, method))
 		return srv_reply_error_full(q, -EKEYREJECTED, MHD_HTTP_UNAUTHORIZED, "missing or wrong bearer token", NULL,
 					MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
-	dmar_admit_head(s->admit, q->conn->adm, true);
+	/* the web view's files do not make a connection trusted */
+	dmar_admit_head(s->admit, q->conn->adm, trusted);
 	enum MHD_Result r = route(q, url, method);
 	if (q->answered || r == MHD_NO)
 		return r;

@@ -126,6 +126,9 @@ struct dmar_node_ops {
 	/* Optional.  GET /metrics: the node's own metrics, appended to p
 	 * (metrics.h) after the server's. */
 	void (*metrics)(void *ctx, struct dmar_prom *p);
+	/* Optional (501 without).  GET /v1/mesh: *out = a new object,
+	 * {"node": its name, "nodes": [one row per peer, net/probe.h]}. */
+	int (*mesh)(void *ctx, json_t **out, struct dmar_error *err);
 };
 
 #define DMAR_SERVER_MISSING_LIST 4096

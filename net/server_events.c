@@ -313,5 +313,8 @@ enum MHD_Result srv_h_events(struct req *q)
 		return MHD_NO;
 	MHD_add_response_header(resp, MHD_HTTP_HEADER_UPGRADE, "websocket");
 	MHD_add_response_header(resp, "Sec-WebSocket-Accept", accept);
+	/* A browser fails a socket whose offered subprotocols got no answer. */
+	if (srv_header_has_token(srv_header(q, "Sec-WebSocket-Protocol"), SRV_WS_PROTOCOL))
+		MHD_add_response_header(resp, "Sec-WebSocket-Protocol", SRV_WS_PROTOCOL);
 	return srv_queue(q, MHD_HTTP_SWITCHING_PROTOCOLS, resp);
 }

@@ -10,6 +10,8 @@
  *                    commit, recipe, transfers
  *   server_chunks.c  the chunk endpoints: query, upload, download, fetch
  *   server_events.c  the websocket event stream and its thread
+ *   server_metrics.c GET /metrics
+ *   server_ui.c      the web view's files and GET /v1/mesh
  */
 #ifndef DMAR_SERVER_I_H
 #define DMAR_SERVER_I_H
@@ -94,7 +96,7 @@ struct ws_client {
  * no route took), answers by status code and a latency histogram; error
  * answers by errno.  The status codes are those the server gives; any
  * other is counted as the last. */
-#define SRV_ROUTES_MAX 16
+#define SRV_ROUTES_MAX 24
 #define SRV_CODES 24
 #define SRV_ERRNO_MAX 256
 struct srv_route_stats {
@@ -174,6 +176,7 @@ struct route {
 	enum body_kind body;
 	const char *ctype[2]; /* the Content-Types it takes (the first named in a 415), or none */
 	handler_fn fn;
+	bool open; /* served without the token (the web view's static files) */
 };
 
 struct req {
@@ -270,5 +273,12 @@ void *srv_event_loop(void *arg);
 enum MHD_Result srv_h_events(struct req *q);
 enum MHD_Result srv_h_metrics(struct req *q);
 void srv_metrics_init(struct dmar_server *s);
+
+/* ---- server_ui.c ---- */
+
+enum MHD_Result srv_h_ui(struct req *q);
+enum MHD_Result srv_h_mesh(struct req *q);
+#define SRV_WS_PROTOCOL "dmar.v1"        /* what a browser's websocket asks for */
+#define SRV_WS_TOKEN "dmar.token."       /* + the token in hex: its credential */
 
 #endif /* DMAR_SERVER_I_H */

@@ -359,7 +359,7 @@ unchanged "the namespace errors"
 # ---- routing ----------------------------------------------------------------------
 
 check "unknown endpoints 404, wrong methods 405 with Allow"
-for p in /v1/nope /v2/node / /v1 /v1/node/x /v1/filesx /v1/chunks/query/x; do
+for p in /v1/nope /v2/node /x /v1 /v1/node/x /v1/filesx /v1/chunks/query/x /uix; do
 	expect 404 "unknown endpoint" GET "$p"
 done
 expect 405 "DELETE /v1/node" DELETE /v1/node

@@ -1688,7 +1688,18 @@ static void test_routes(void **state)
 	http(&r, "GET", "/v1/nothing", NULL, 0);
 	assert_error(&r, 404, "ENOENT");
 	resp_free(&r);
-	http(&r, "GET", "/", NULL, 0);
+	http(&r, "GET", "/", NULL, 0); /* to the web view */
+	assert_int_equal(r.status, 302);
+	assert_string_equal(resp_header(&r, "Location"), "/ui/");
+	resp_free(&r);
+	http(&r, "GET", "/ui/index.html", NULL, 0);
+	assert_int_equal(r.status, 200);
+	assert_non_null(strstr(resp_header(&r, "Content-Type"), "text/html"));
+	resp_free(&r);
+	http(&r, "GET", "/ui/nothing.html", NULL, 0);
+	assert_error(&r, 404, "ENOENT");
+	resp_free(&r);
+	http(&r, "GET", "/x", NULL, 0);
 	assert_error(&r, 404, "ENOENT");
 	resp_free(&r);
 	http(&r, "GET", "/v1/nodes", NULL, 0);
