@@ -7,7 +7,12 @@
 # installs into an empty root of its own (dpkg --root: the host's package
 # database is not touched) with dmar, dmarfs, mount.dmarfs, the unit and
 # the man pages in place; the installed dmarfs mounts an arena, keeps a
-# file and unmounts; a purge leaves no file behind.  The DKMS package's
+# file and unmounts; its prerm, at a removal, unmounts every dmarfs mount
+# (run in a mount namespace of its own, so that it sees only the mounts of
+# this test and copies of the others', which it cannot harm), refuses
+# while one is busy, and leaves mounts alone at an upgrade; a purge
+# (its scripts run for that root: nothing of this system's is touched)
+# leaves no file behind.  The DKMS package's
 # contents are checked (its scripts run dkms on the host, so it is not
 # installed here; the module itself is tested in tests/kmod/run.sh).
 # Skips (77) without dpkg-buildpackage, debhelper or dh-dkms, outside a
@@ -54,7 +59,9 @@ R=$T/root
 mkdir -p "$R/var/lib/dpkg/info" "$R/var/lib/dpkg/updates" "$R/var/lib/dpkg/triggers"
 : >"$R/var/lib/dpkg/status"
 : >"$R/var/lib/dpkg/available"
-dpkg --root="$R" --force-depends -i "$DEB" >"$T/install.log" 2>&1 ||
+# --force-script-chrootless: the empty root has no shell to chroot into;
+# dpkg names the root in DPKG_ROOT, and the scripts leave this system be
+dpkg --root="$R" --force-depends --force-script-chrootless -i "$DEB" >"$T/install.log" 2>&1 ||
 	fail "dpkg -i: $(cat "$T/install.log")"
 for f in usr/bin/dmar usr/bin/dmarfs sbin/mount.dmarfs lib/systemd/system/dmarfs@.service \
 	usr/share/man/man1/dmar.1.gz usr/share/man/man8/dmarfs.8.gz usr/share/man/man8/mount.dmarfs.8.gz \
@@ -72,8 +79,46 @@ cmp -s "$T/f" "$m/f" || fail "the file differs"
 check_arena "$m"
 fs_umount "$m"
 
+check "the prerm of a removal unmounts every dmarfs mount; a busy one stops it; an upgrade leaves them"
+PRERM=$R/var/lib/dpkg/info/dmarfs.prerm
+[ -x "$PRERM" ] || fail "no prerm in the package"
+mkdir -p "$T/p1" "$T/p 2"
+cat >"$T/prerm-test.sh" <<'EOF'
+# in a private mount namespace: $1 dmarfs, $2 prerm, $3 $4 mount points
+set -u
+D=$1 P=$2 A=$3 B=$4
+mounted() { awk -v d="$1" '$3 == "fuse.dmarfs" { gsub(/\\040/, " ", $2); if ($2 == d) f = 1 } END { exit !f }' /proc/self/mounts; }
+up() {
+	"$D" "$1" "$2" -o size=8m -f >/dev/null 2>&1 &
+	for _ in $(seq 100); do mounted "$2" && return 0; sleep 0.1; done
+	echo "no mount on $2"; exit 1
+}
+up pa "$A"; pa=$!
+up pb "$B"; pb=$!
+trap 'kill $pa $pb 2>/dev/null' EXIT
+DPKG_ROOT="" sh "$P" upgrade 1.0 || { echo "prerm upgrade failed"; exit 1; }
+mounted "$A" && mounted "$B" || { echo "prerm upgrade unmounted a node"; exit 1; }
+(cd "$B" && exec sleep 60) & busy=$!
+sleep 0.2
+if DPKG_ROOT="" sh "$P" remove 2>err; then echo "prerm remove succeeded with $B busy"; exit 1; fi
+grep -q "cannot unmount: *$B" err || { echo "the refusal does not name $B: $(cat err)"; exit 1; }
+! mounted "$A" || { echo "$A still mounted after the refused removal"; exit 1; }
+kill "$busy"; wait "$busy" 2>/dev/null
+DPKG_ROOT="" sh "$P" remove || { echo "prerm remove failed: $(cat err)"; exit 1; }
+! awk '$3 == "fuse.dmarfs"' /proc/self/mounts | grep -q . || { echo "left mounted: $(awk '$3 == "fuse.dmarfs"' /proc/self/mounts)"; exit 1; }
+for p in $pa $pb; do
+	for _ in $(seq 100); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+	! kill -0 "$p" 2>/dev/null || { echo "node pid $p still running after the unmount"; exit 1; }
+done
+echo ok
+EOF
+(cd "$T" && unshare -m --propagation private sh "$T/prerm-test.sh" "$R/usr/bin/dmarfs" "$PRERM" "$T/p1" "$T/p 2") \
+	>"$T/prerm.out" 2>&1
+grep -qx ok "$T/prerm.out" || fail "the prerm: $(cat "$T/prerm.out")"
+
 check "a purge leaves no file behind"
-dpkg --root="$R" --purge dmarfs >"$T/purge.log" 2>&1 || fail "dpkg --purge: $(cat "$T/purge.log")"
+dpkg --root="$R" --force-script-chrootless --purge dmarfs >"$T/purge.log" 2>&1 ||
+	fail "dpkg --purge: $(cat "$T/purge.log")"
 left=$(cd "$R" && find . ! -type d ! -path './var/lib/dpkg/*' | head -n 5)
 [ -z "$left" ] || fail "left after the purge: $left"
 say "PASS: deb"
