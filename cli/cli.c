@@ -16,6 +16,7 @@
 
 #include "cli.h"
 #include "codec/size.h"
+#include "codec/clock.h"
 
 const char *cli_cmd = NULL;
 int cli_verbosity = 1;
@@ -92,13 +93,6 @@ const char *cli_rate(double v, char *buf)
 	}
 	snprintf(buf, 32, v < 10 && i ? "%.1f %s" : "%.0f %s", v, u[i]);
 	return buf;
-}
-
-double cli_now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
 unsigned cli_default_threads(void)
@@ -258,7 +252,7 @@ void cli_out_abort(struct cli_out *o)
 void cli_progress_init(struct cli_progress *p, const char *what, uint64_t total)
 {
 	p->on = cli_verbosity > 0 && isatty(STDERR_FILENO);
-	p->start = p->last = cli_now();
+	p->start = p->last = dmar_mono_s();
 	p->total = total;
 	p->what = what;
 }
@@ -268,7 +262,7 @@ void cli_progress_cb(void *ctx, uint64_t done)
 	struct cli_progress *p = ctx;
 	if (!p->on)
 		return;
-	double now = cli_now();
+	double now = dmar_mono_s();
 	if (now - p->last < 0.25)
 		return;
 	p->last = now;

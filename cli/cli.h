@@ -31,7 +31,6 @@ int cli_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  * argument, else an unknown option): CLI_EXIT_USAGE, for
  * `default: return cli_bad_option(c, argv);`. */
 int cli_bad_option(int c, char **argv);
-double cli_now(void);
 /* Default thread count: online CPUs, at most 8. */
 unsigned cli_default_threads(void);
 /* Parse -T: 0 means all CPUs.  0 or -EINVAL. */

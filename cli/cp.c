@@ -43,6 +43,7 @@
 #include "net/relay.h"
 #include "net/swarm.h"
 #include "net/wire.h"
+#include "codec/clock.h"
 
 static const char cp_help[] =
 	"Usage: dmar cp [OPTIONS] SRC DST\n"
@@ -251,7 +252,7 @@ static void progress_init(struct cp_progress *p, const char *what, uint64_t tota
 	pthread_mutex_init(&p->lock, NULL);
 	p->tty = isatty(STDERR_FILENO);
 	p->on = cli_verbosity >= 2 || (cli_verbosity >= 1 && p->tty);
-	p->t0 = p->last = cli_now();
+	p->t0 = p->last = dmar_mono_s();
 	p->total = total;
 	p->what = what;
 	p->pushing = pushing;
@@ -261,7 +262,7 @@ static void progress_init(struct cp_progress *p, const char *what, uint64_t tota
  * p->lock held, at most four times a second. */
 static void progress_draw(struct cp_progress *p)
 {
-	double now = cli_now();
+	double now = dmar_mono_s();
 	if (now - p->last < 0.25)
 		return;
 	p->last = now;
@@ -542,7 +543,7 @@ static int recipe_add(void *ctx, const uint8_t *p, uint32_t len, const struct dm
 	r->size += len;
 	rc->pr->done = r->size;
 	if (rc->pr->on) {
-		rc->none.seconds = cli_now() - rc->pr->t0;
+		rc->none.seconds = dmar_mono_s() - rc->pr->t0;
 		on_progress(rc->pr, &rc->none);
 	}
 	return 0;
@@ -711,7 +712,7 @@ int cp_push_fd(struct dmar_client *c, struct cp_bcast *b, const char *local, int
 	pr.on = pr.on && show;
 	struct dmar_recipe r;
 	struct local_src src = { .fd = fd, .name = local };
-	double t0 = cli_now();
+	double t0 = dmar_mono_s();
 	int status = 1;
 	memset(xs, 0, sizeof(*xs));
 	int ret = recipe_of_fd(fd, st, &r, &src, &pr);
@@ -722,7 +723,7 @@ int cp_push_fd(struct dmar_client *c, struct cp_bcast *b, const char *local, int
 	}
 	pr.total = r.size;
 	pr.pushing = true;
-	pr.t0 = cli_now();
+	pr.t0 = dmar_mono_s();
 	struct dmar_chunk_source cs = { .get = src_get, .put = src_put, .ctx = &src };
 	struct dmar_push_opts o = { .flags = noreplace ? DMAR_PUSH_NOREPLACE : 0 };
 	json_t *results = NULL;
@@ -738,7 +739,7 @@ int cp_push_fd(struct dmar_client *c, struct cp_bcast *b, const char *local, int
 	if (follow)
 		bcast_follow_stop(&bf);
 	progress_end(&pr);
-	xs->seconds = cli_now() - t0; /* the hashing here is part of the copy */
+	xs->seconds = dmar_mono_s() - t0; /* the hashing here is part of the copy */
 	if (ret < 0) {
 		if (__atomic_load_n(&src.changed, __ATOMIC_RELAXED))
 			cli_err("%s: the file changed while it was being copied; nothing was written to %s", local,
@@ -910,7 +911,7 @@ static int cp_pull(struct endpoint *s, struct endpoint *d, bool noreplace)
 
 	struct dmar_error err = { 0 };
 	struct dmar_recipe r;
-	double t0 = cli_now();
+	double t0 = dmar_mono_s();
 	struct dmar_client *origin = s->c;
 	size_t oi = 0;
 	int ret = dmar_client_recipe(s->c, s->path, &r, &err);
@@ -1006,7 +1007,7 @@ static int cp_pull(struct endpoint *s, struct endpoint *d, bool noreplace)
 	}
 	xs.logical = r.size;
 	xs.chunks = nids;
-	xs.seconds = cli_now() - t0;
+	xs.seconds = dmar_mono_s() - t0;
 	xs.round_trips += 1; /* the recipe */
 	summary("", what, &xs);
 	status = 0;
@@ -1065,7 +1066,7 @@ static int cp_transfer(struct endpoint *s, struct endpoint *d, bool noreplace)
 		memset(&err, 0, sizeof(err));
 	}
 	json_t *res = NULL;
-	double t0 = cli_now();
+	double t0 = dmar_mono_s();
 	/* The node names its peers as our peers file does: NODE2 is "to". */
 	int r = dmar_client_transfer(s->c, s->path, d->node, d->path, &res, &err);
 	if (r < 0) {
@@ -1078,7 +1079,7 @@ static int cp_transfer(struct endpoint *s, struct endpoint *d, bool noreplace)
 		.sent_chunks = jnum(res, "chunks_sent"),
 		.wire_bytes = jnum(res, "wire_bytes"),
 		.round_trips = jnum(res, "round_trips"),
-		.seconds = cli_now() - t0,
+		.seconds = dmar_mono_s() - t0,
 	};
 	json_decref(res);
 	summary("", what, &xs);

@@ -35,6 +35,7 @@
 #include "codec/idset.h"
 #include "net/client.h"
 #include "net/wire.h"
+#include "codec/clock.h"
 
 #define TREE_FILE_MAX (4u << 20)
 #define TREE_BATCH_BYTES (16u << 20)
@@ -489,7 +490,7 @@ int cp_push_tree(struct dmar_client *c, const char *node, const char *src, const
 	struct tree t = { .c = c, .node = node, .noreplace = noreplace };
 	struct dmar_chunker ck;
 	int status = 1;
-	double t0 = cli_now();
+	double t0 = dmar_mono_s();
 	if (dmar_chunker_init(&ck, DMAR_CHUNK_MIN_DEFAULT, DMAR_CHUNK_AVG_DEFAULT, DMAR_CHUNK_MAX_DEFAULT) < 0 ||
 	    dmar_tree_body_new(&t.body) < 0 || dmar_cutter_new(&t.cut, &ck, on_chunk, &t) < 0) {
 		cli_err("out of memory");
@@ -510,7 +511,7 @@ int cp_push_tree(struct dmar_client *c, const char *node, const char *src, const
 	close(pfd);
 	if (r == 0)
 		r = flush(&t);
-	t.st.seconds = cli_now() - t0;
+	t.st.seconds = dmar_mono_s() - t0;
 	t.st.logical = t.bytes;
 	if (cli_verbosity >= 1) {
 		char a[32], w[32], es[32], ws[32];

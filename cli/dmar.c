@@ -27,6 +27,7 @@
 #include "codec/format.h"
 #include "codec/refset.h"
 #include "codec/size.h"
+#include "codec/clock.h"
 
 #define EXIT_USAGE 2
 #define MAX_REFS 64
@@ -415,7 +416,7 @@ static int cmd_pack(int argc, char **argv)
 	struct dmar_encode_stats st;
 	struct cli_progress pr;
 	cli_progress_init(&pr, "pack", total);
-	double t0 = cli_now();
+	double t0 = dmar_mono_s();
 	/* Our own temp file: the workers write their blocks into it at
 	 * their offsets, in parallel with cutting and hashing. */
 	if (out.path) {
@@ -438,7 +439,7 @@ static int cmd_pack(int argc, char **argv)
 		cli_err("%s: %s", outname, strerror(-r));
 		goto done;
 	}
-	summary(from_stdin ? "(stdin)" : in, st.logical, st.stored, cli_now() - t0, true);
+	summary(from_stdin ? "(stdin)" : in, st.logical, st.stored, dmar_mono_s() - t0, true);
 	if (cli_verbosity >= 2 && ref)
 		fprintf(stderr, "%s: %" PRIu64 " of %" PRIu64 " chunks (%" PRIu64 " bytes) left out, held by the reference data\n",
 			in, st.absent_chunks, st.chunks, st.absent_bytes);
@@ -539,7 +540,7 @@ static int cmd_unpack(int argc, char **argv)
 	(void)total;
 	struct dmar_error err = { 0 };
 	struct dmar_decode_stats st;
-	double t0 = cli_now();
+	double t0 = dmar_mono_s();
 	/* Our own temp file: verified blocks are written at their offsets by
 	 * the decoder's writer thread while the next ones decode. */
 	if (!o.test && out.path) {
@@ -563,7 +564,7 @@ static int cmd_unpack(int argc, char **argv)
 			goto done;
 		}
 	}
-	summary(from_stdin ? "(stdin)" : in, st.logical, st.stored, cli_now() - t0, false);
+	summary(from_stdin ? "(stdin)" : in, st.logical, st.stored, dmar_mono_s() - t0, false);
 	if (o.test && cli_verbosity >= 1)
 		fprintf(stderr, "%s: OK (%" PRIu64 " bytes, %" PRIu64 " chunks verified)\n", in, st.logical, st.chunks);
 	status = 0;
@@ -594,7 +595,7 @@ static int cmd_mine(int argc, char **argv)
 		return usage_error("--maxdict out of range (256..16m)%s", "");
 
 	struct cli_samples s = { 0 };
-	double t0 = cli_now();
+	double t0 = dmar_mono_s();
 	r = o.pid ? mine_from_pid(&s, o.pid, o.budget) : mine_from_paths(&s, argv + optind, argc - optind, o.budget);
 	if (r < 0) {
 		if (r == -ENOMEM)
@@ -648,7 +649,7 @@ static int cmd_mine(int argc, char **argv)
 			dmar_bytepack_dict(p, &dl);
 			fprintf(stderr, "%s: byte pack %016" PRIx64 ", %s dictionary from %zu samples (%s) in %.1f s\n",
 				o.output, dmar_bytepack_id(p), dmar_size_format(dl, a), nsamples, dmar_size_format(sbytes, b),
-				cli_now() - t0);
+				dmar_mono_s() - t0);
 		}
 	}
 	free(img);

@@ -18,6 +18,7 @@
 #include "net/peers.h"
 #include "net/wire.h"
 #include "net/ws.h"
+#include "codec/clock.h"
 
 #define EVENTS_MSG_MAX (1u << 20)
 
@@ -135,8 +136,8 @@ void cli_events_end(struct cli_events *e)
 	/* We end it: our close, then a moment for the node's. */
 	if (dmar_ws_client_close(e->ws, DMAR_WS_CLOSE_NORMAL) < 0)
 		return;
-	double t0 = cli_now();
-	while (!e->closed && cli_now() - t0 < 1.0) {
+	double t0 = dmar_mono_s();
+	while (!e->closed && dmar_mono_s() - t0 < 1.0) {
 		int r = dmar_ws_client_pump(e->ws, 250, NULL);
 		if (r < 0 && r != -ETIMEDOUT)
 			break;

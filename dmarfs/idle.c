@@ -14,6 +14,7 @@
 #include "idle.h"
 #include "ns.h"
 #include "persist.h"
+#include "codec/clock.h"
 
 /* How often the thread also sees whether the journal wants a
  * checkpoint. */
@@ -29,9 +30,7 @@
 
 uint64_t idle_now(void)
 {
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (uint64_t)t.tv_sec;
+	return dmar_mono_ms() / 1000;
 }
 
 /* Put i on the work list, holding a lookup reference; ns held. */

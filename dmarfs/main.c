@@ -28,6 +28,7 @@ extern char **environ;
 #include "options.h"
 #include "persist.h"
 #include "arena/journal.h"
+#include "codec/clock.h"
 
 static int add_arg(struct fuse_args *args, const char *fmt, const char *val)
 {
@@ -157,13 +158,6 @@ static void oom_adjust(struct dmar_arena *a)
 	(void)fclose(f);
 }
 
-static double mono_now(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
-
 int main(int argc, char **argv)
 {
 	int r = dmarfs_admin(argc, argv);
@@ -261,7 +255,7 @@ int main(int argc, char **argv)
 	}
 	if (attached) {
 		struct persist_stats ps;
-		double t0 = mono_now();
+		double t0 = dmar_mono_s();
 		if (persist_attach(fs, &ps, &err) < 0) {
 			fprintf(stderr,
 				"dmarfs: arena %s (%s) cannot be attached: %s.  It is left as it is: unmount nothing, 'dmar arenas' lists it, -o fresh replaces it.\n",
@@ -272,7 +266,7 @@ int main(int argc, char **argv)
 			"dmarfs: re-attached arena %s: %llu files, %llu inodes, %llu chunks, %llu of %llu bytes in use; %llu journal records in %.3f s\n",
 			o.source, (unsigned long long)ps.files, (unsigned long long)ps.inodes,
 			(unsigned long long)ps.chunks, (unsigned long long)dmar_arena_used(arena),
-			(unsigned long long)dmar_arena_size(arena), (unsigned long long)ps.records, mono_now() - t0);
+			(unsigned long long)dmar_arena_size(arena), (unsigned long long)ps.records, dmar_mono_s() - t0);
 	}
 	oom_adjust(arena);
 	bool is_node = o.node || o.listen || o.peers || o.view;

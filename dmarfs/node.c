@@ -32,6 +32,7 @@
 #include "net/relay.h"
 #include "net/swarm.h"
 #include "net/server.h"
+#include "codec/clock.h"
 
 /* How long an uploaded chunk waits for the commit that uses it
  * (DMARFS_STAGE_SECONDS overrides it: the tests' expiry). */
@@ -111,27 +112,6 @@ struct dmarfs_node {
 	uint64_t mesh_at;
 	char url[DMAR_PEER_URL_MAX + 256]; /* this node's own, as its peers reach it */
 };
-
-static uint64_t mono(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (uint64_t)t.tv_sec;
-}
-
-static uint64_t mono_ms(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
-}
-
-static double now_seconds(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
 
 static struct dmar_fsctx *CTX(struct dmarfs_node *n)
 {
@@ -232,14 +212,14 @@ static void reap(struct dmarfs_node *n, uint64_t t)
  * hands it over): a second upload of the same chunk only refreshes it. */
 static void stage_add(struct dmarfs_node *n, const struct dmar_id *id, uint64_t upload)
 {
-	uint64_t t = mono();
+	uint64_t t = (dmar_mono_ms() / 1000);
 	pthread_mutex_lock(&n->stage_lock);
 	reap(n, t);
 	size_t b = bucket(id);
 	for (struct stage *s = n->stage[b]; s; s = s->next)
 		if (!memcmp(s->id.b, id->b, DMAR_HASH_SIZE)) {
 			s->expires = t + stage_seconds();
-			s->added_ms = mono_ms();
+			s->added_ms = dmar_mono_ms();
 			s->upload = upload;
 			pthread_mutex_unlock(&n->stage_lock);
 			dmar_store_unref(CTX(n)->arena, id);
@@ -249,7 +229,7 @@ static void stage_add(struct dmarfs_node *n, const struct dmar_id *id, uint64_t 
 	if (s) {
 		s->id = *id;
 		s->expires = t + stage_seconds();
-		s->added_ms = mono_ms();
+		s->added_ms = dmar_mono_ms();
 		s->upload = upload;
 		s->next = n->stage[b];
 		n->stage[b] = s;
@@ -284,7 +264,7 @@ static size_t stage_shed(void *ctx)
 {
 	struct dmarfs_node *n = ctx;
 	pthread_mutex_lock(&n->stage_lock);
-	size_t gone = stage_sweep(n, 0, mono_ms() - STAGE_PRESSURE_MS, 0);
+	size_t gone = stage_sweep(n, 0, dmar_mono_ms() - STAGE_PRESSURE_MS, 0);
 	pthread_mutex_unlock(&n->stage_lock);
 	return gone;
 }
@@ -294,7 +274,7 @@ static void stage_tick(void *ctx)
 {
 	struct dmarfs_node *n = ctx;
 	pthread_mutex_lock(&n->stage_lock);
-	reap(n, mono());
+	reap(n, (dmar_mono_ms() / 1000));
 	pthread_mutex_unlock(&n->stage_lock);
 }
 
@@ -1159,7 +1139,7 @@ static int op_mesh(void *ctx, json_t **out, struct dmar_error *err)
 {
 	struct dmarfs_node *n = ctx;
 	pthread_mutex_lock(&n->mesh_lock);
-	if (!n->mesh || mono_ms() - n->mesh_at >= MESH_FRESH_MS) {
+	if (!n->mesh || dmar_mono_ms() - n->mesh_at >= MESH_FRESH_MS) {
 		struct dmar_probe_opts po = { .token = n->token, .tls_ca = n->cfg.tls_ca,
 					      .connect_timeout_ms = MESH_CONNECT_MS, .timeout_ms = MESH_TIMEOUT_MS,
 					      .self = n->name, .self_info = op_info, .self_ctx = n };
@@ -1182,7 +1162,7 @@ static int op_mesh(void *ctx, json_t **out, struct dmar_error *err)
 		}
 		json_decref(n->mesh);
 		n->mesh = json_pack("{s:s, s:o}", "node", n->name, "nodes", rows);
-		n->mesh_at = mono_ms();
+		n->mesh_at = dmar_mono_ms();
 	}
 	*out = json_incref(n->mesh);
 	pthread_mutex_unlock(&n->mesh_lock);
@@ -1340,7 +1320,7 @@ static json_t *xfer_event(const char *type, json_t *base, const struct dmar_xfer
 static void on_progress(void *ctx, const struct dmar_xfer_stats *st)
 {
 	struct progress *p = ctx;
-	double t = now_seconds();
+	double t = dmar_mono_s();
 	/* nothing to tell before the peer said what it lacks */
 	if (t < p->next || !p->n->server || (!st->todo_bytes && !st->chunk_bytes))
 		return;

@@ -41,6 +41,7 @@
 
 #include "persist.h"
 #include "arena/journal.h"
+#include "codec/clock.h"
 
 #if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the journal's records are little-endian"
@@ -900,16 +901,9 @@ static int rp_record(void *ctx, uint64_t seq, const void *rec, size_t len)
 	return 0;
 }
 
-static double mono_s(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
-
 int persist_attach(struct dmarfs *fs, struct persist_stats *st, struct dmar_error *err)
 {
-	double t0 = mono_s();
+	double t0 = dmar_mono_s();
 	struct replay p = { .fs = fs, .err = err, .nb = 1024 };
 	memset(st, 0, sizeof(*st));
 	if (!(p.tab = calloc(p.nb, sizeof(*p.tab))))
@@ -954,7 +948,7 @@ int persist_attach(struct dmarfs *fs, struct persist_stats *st, struct dmar_erro
 	st->chunks = ss.chunks;
 	st->records = p.records;
 	st->bytes = p.bytes;
-	st->seconds = mono_s() - t0;
+	st->seconds = dmar_mono_s() - t0;
 	struct dmar_journal_stats js;
 	dmar_journal_stats(fs->cfg.journal, &js);
 	fs->ckpt_bytes = js.record_bytes / 2; /* unknown: as if half of it were state */

@@ -40,6 +40,7 @@
 #include "codec/idset.h"
 #include "net/peers.h"
 #include "net/swarm.h"
+#include "codec/clock.h"
 
 #define INODE_REMOTE 0x524d5445u /* "RMTE" */
 /* Remote attributes are the peer's: trust them briefly. */
@@ -183,13 +184,6 @@ static fuse_ino_t rnodeid(struct dmarfs *fs, struct rinode *ri)
 	return ri == fs->remote->view ? FUSE_ROOT_ID : (fuse_ino_t)(uintptr_t)ri;
 }
 
-static double mono(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
-
 static const struct fuse_lowlevel_ops *L(void)
 {
 	return fs_local_ops();
@@ -246,7 +240,7 @@ static void neg_drop(struct dmarfs_remote *rm, struct dmar_client *cl, const cha
 static bool neg_hit(struct dmarfs_remote *rm, struct dmar_client *cl, const char *path)
 {
 	bool hit = false;
-	double now = mono();
+	double now = dmar_mono_s();
 	pthread_mutex_lock(&rm->lock);
 	for (unsigned k = 0; k < RNEG_SLOTS && !hit; k++)
 		hit = rm->neg[k].path && rm->neg[k].cl == cl && now - rm->neg[k].at < RENTRY_TIMEOUT &&
@@ -266,7 +260,7 @@ static void neg_add(struct dmarfs_remote *rm, struct dmar_client *cl, const char
 	free(rm->neg[k].path);
 	rm->neg[k].cl = cl;
 	rm->neg[k].path = copy;
-	rm->neg[k].at = mono();
+	rm->neg[k].at = dmar_mono_s();
 	pthread_mutex_unlock(&rm->lock);
 }
 
@@ -422,7 +416,7 @@ static bool changed_since(struct rinode *d, const char *name, unsigned long gen)
  * for).  d->lock held. */
 static bool names_stale(const struct rinode *d)
 {
-	return d->names && mono() - d->names->at >= RENTRY_TIMEOUT;
+	return d->names && dmar_mono_s() - d->names->at >= RENTRY_TIMEOUT;
 }
 
 /* What d's names say of name: 1 and *o (a new reference, *at when it was
@@ -431,7 +425,7 @@ static bool names_stale(const struct rinode *d)
 static int names_find(struct rinode *d, const char *name, json_t **o, double *at)
 {
 	struct rnames *l = d->names;
-	if (!l || mono() - l->at >= RENTRY_TIMEOUT || changed_since(d, name, l->gen))
+	if (!l || dmar_mono_s() - l->at >= RENTRY_TIMEOUT || changed_since(d, name, l->gen))
 		return -1;
 	const char *key = name;
 	__typeof__(l->e) hit = l->n ? bsearch(&key, l->e, l->n, sizeof(*l->e), name_cmp) : NULL;
@@ -565,14 +559,14 @@ static void apply_stat(struct rinode *ri, json_t *o)
 		free(ri->target);
 		ri->target = strdup(t);
 	}
-	ri->st_at = mono();
+	ri->st_at = dmar_mono_s();
 }
 
 /* Refresh ri's attributes from the peer if older than the timeout (or
  * always with force).  ri->lock held exclusively. */
 static int refresh(struct rinode *ri, bool force, struct dmar_error *err)
 {
-	if (!force && ri->st_at && mono() - ri->st_at < RATTR_TIMEOUT)
+	if (!force && ri->st_at && dmar_mono_s() - ri->st_at < RATTR_TIMEOUT)
 		return 0;
 	json_t *o = NULL;
 	unsigned long gen = atomic_load(&ri->rm->names_gen);
@@ -723,7 +717,7 @@ static int load(struct dmarfs *fs, struct rinode *ri, struct dmar_error *err)
 	if (!r) {
 		ri->loaded = true;
 		ri->dirty = false;
-		ri->idle_since = mono();
+		ri->idle_since = dmar_mono_s();
 		ri->st.st_size = (off_t)rc.size;
 		ri->st.st_mode = S_IFREG | rc.mode;
 		ri->st.st_mtim = (struct timespec){ .tv_sec = rc.mtime_sec, .tv_nsec = rc.mtime_nsec };
@@ -801,7 +795,7 @@ static int ship(struct dmarfs *fs, struct rinode *ri)
 		ri->loaded_size = rc.size;
 		ri->loaded_mtime_ns = (int64_t)rc.mtime_sec * 1000000000 + rc.mtime_nsec;
 		ri->st.st_size = (off_t)rc.size;
-		ri->st_at = mono();
+		ri->st_at = dmar_mono_s();
 	} else {
 		log_err(ri, NULL, "ship to", r, &err);
 	}
@@ -1039,7 +1033,7 @@ static void r_remove(fuse_req_t req, struct rinode *d, const char *name, bool di
 	struct rinode *ri = rinode_find(FS(req)->remote, d->cl, path);
 	if (ri) {
 		pthread_rwlock_rdlock(&ri->lock);
-		if (ri->st_at && mono() - ri->st_at < RATTR_TIMEOUT)
+		if (ri->st_at && dmar_mono_s() - ri->st_at < RATTR_TIMEOUT)
 			known = S_ISDIR(ri->st.st_mode);
 		pthread_rwlock_unlock(&ri->lock);
 		forget_remote(FS(req), ri, 1);
@@ -1115,7 +1109,7 @@ static void r_symlink(fuse_req_t req, const char *link, struct rinode *d, const 
 	ri->st = (struct stat){ .st_ino = ri->st_ino, .st_mode = S_IFLNK | 0777, .st_nlink = 1, .st_size = (off_t)tl,
 				.st_uid = ctx->uid, .st_gid = ctx->gid, .st_blksize = 4096 };
 	ri->st.st_atim = ri->st.st_mtim = ri->st.st_ctim = ns_now();
-	ri->st_at = mono();
+	ri->st_at = dmar_mono_s();
 	rinode_hash(fs->remote, ri);
 	reply_rentry(req, fs, ri, NULL);
 	r = 1;
@@ -1147,7 +1141,7 @@ static void r_create(fuse_req_t req, struct rinode *d, const char *name, mode_t 
 	ri->st = (struct stat){ .st_ino = ri->st_ino, .st_mode = S_IFREG | (mode & 07777), .st_nlink = 1,
 				.st_uid = ctx->uid, .st_gid = ctx->gid, .st_blksize = 4096 };
 	ri->st.st_atim = ri->st.st_mtim = ri->st.st_ctim = ns_now();
-	ri->st_at = mono();
+	ri->st_at = dmar_mono_s();
 	/* A new file is shipped at its first close even if empty. */
 	ri->loaded = ri->dirty = true;
 	ri->opens = 1;
@@ -1239,7 +1233,7 @@ static void r_release(fuse_req_t req, struct rinode *ri)
 	pthread_rwlock_wrlock(&ri->lock);
 	if (ri->opens)
 		ri->opens--;
-	ri->idle_since = mono();
+	ri->idle_since = dmar_mono_s();
 	if (!ri->opens && (ri->dirty || ri->broken)) {
 		/* Its ship failed (close said so): the changes cannot go
 		 * anywhere now. */
@@ -1270,7 +1264,7 @@ static void r_opendir(fuse_req_t req, struct rinode *ri, struct fuse_file_info *
 		return;
 	}
 	pthread_rwlock_wrlock(&ri->lock);
-	names_set(ri, ents, mono(), gen); /* ls -l: its lstats are answered from these */
+	names_set(ri, ents, dmar_mono_s(), gen); /* ls -l: its lstats are answered from these */
 	pthread_rwlock_unlock(&ri->lock);
 	struct rlisting *l = calloc(1, sizeof(*l));
 	size_t n = json_array_size(ents);
@@ -1472,7 +1466,7 @@ static void w_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	struct rinode *pr = parent == FUSE_ROOT_ID ? peer_root(fs, name) : NULL;
 	if (pr) {
 		pthread_rwlock_wrlock(&pr->lock);
-		pr->st_at = mono();
+		pr->st_at = dmar_mono_s();
 		pthread_rwlock_unlock(&pr->lock);
 		return reply_rentry(req, fs, pr, NULL);
 	}
@@ -1830,7 +1824,7 @@ static size_t cache_drop(struct dmarfs *fs, double before)
 
 static void cache_tick(void *ctx)
 {
-	cache_drop(ctx, mono() - cache_seconds());
+	cache_drop(ctx, dmar_mono_s() - cache_seconds());
 }
 
 static size_t cache_shed(void *ctx)

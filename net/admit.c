@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "admit.h"
+#include "codec/clock.h"
 
 /* Seconds between two log lines of the same reason. */
 #define LOG_EVERY 10
@@ -55,13 +56,6 @@ struct dmar_admit {
 	size_t nac;
 	struct tally t_expired, t_full, t_addr;
 };
-
-static uint64_t now_ms(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
-}
 
 static struct addr_count *ac_find(struct dmar_admit *a, const struct dmar_admit_conn *c)
 {
@@ -158,7 +152,7 @@ static void put_lines(struct dmar_admit *a, char lines[3][256], size_t n)
 void dmar_admit_sweep(struct dmar_admit *a)
 {
 	char lines[3][256];
-	uint64_t t = now_ms();
+	uint64_t t = dmar_mono_ms();
 	pthread_mutex_lock(&a->lock);
 	while (a->head && t - a->head->t0_ms >= a->o.head_ms) {
 		kill_pending(a, a->head, &a->t_expired);
@@ -272,7 +266,7 @@ struct dmar_admit_conn *dmar_admit_open(struct dmar_admit *a, int fd, const stru
 	if (!c)
 		return NULL;
 	c->fd = fd;
-	c->t0_ms = now_ms();
+	c->t0_ms = dmar_mono_ms();
 	set_addr(c, addr);
 	pthread_mutex_lock(&a->lock);
 	/* Room from this address first: its own oldest goes.  Then room at

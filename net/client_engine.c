@@ -6,13 +6,7 @@
 #include "config.h"
 
 #include "client_i.h"
-
-double cl_elapsed(const struct timespec *t0)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)(t.tv_sec - t0->tv_sec) + (double)(t.tv_nsec - t0->tv_nsec) / 1e9;
-}
+#include "codec/clock.h"
 
 void cl_engine_init(struct engine *e, struct dmar_client *c, dmar_xfer_progress_fn progress, void *pctx)
 {
@@ -21,7 +15,7 @@ void cl_engine_init(struct engine *e, struct dmar_client *c, dmar_xfer_progress_
 	e->progress = progress;
 	e->pctx = pctx;
 	pthread_mutex_init(&e->lock, NULL);
-	clock_gettime(CLOCK_MONOTONIC, &e->t0);
+	e->t0 = dmar_mono_s();
 }
 
 /* Record a stream's failure; the first one wins and stops the others,
@@ -54,7 +48,7 @@ void cl_engine_account(struct engine *e, uint64_t chunks, uint64_t bytes, const 
 	e->st.wire_bytes += k->wire;
 	e->st.requests += k->answered;
 	e->st.connects += k->connects;
-	e->st.seconds = cl_elapsed(&e->t0);
+	e->st.seconds = (dmar_mono_s() - e->t0);
 	if (e->progress)
 		e->progress(e->pctx, &e->st);
 	pthread_mutex_unlock(&e->lock);
@@ -79,7 +73,7 @@ int cl_run_streams(void *(*fn)(void *), void *args, size_t arg_size, unsigned nt
 
 void cl_engine_finish(struct engine *e, struct dmar_xfer_stats *st, int r, struct dmar_error *err)
 {
-	e->st.seconds = cl_elapsed(&e->t0);
+	e->st.seconds = (dmar_mono_s() - e->t0);
 	if (e->progress)
 		e->progress(e->pctx, &e->st);
 	if (st)

@@ -130,7 +130,7 @@ struct engine {
 	struct dmar_xfer_stats st;    /* protected by lock */
 	dmar_xfer_progress_fn progress;
 	void *pctx;
-	struct timespec t0;
+	double t0; /* dmar_mono_s() at the start */
 };
 
 /* ---- client.c: one request, query and commit ---- */
@@ -163,7 +163,6 @@ uint8_t *cl_recipe_bytes(const struct dmar_recipe *r, size_t *len, struct dmar_i
 /* ---- client_engine.c ---- */
 
 /* Seconds since t0 (CLOCK_MONOTONIC). */
-double cl_elapsed(const struct timespec *t0);
 void cl_engine_init(struct engine *e, struct dmar_client *c, dmar_xfer_progress_fn progress, void *pctx);
 void cl_engine_fail(struct engine *e, int code, const struct dmar_error *err);
 void cl_engine_account(struct engine *e, uint64_t chunks, uint64_t bytes, const struct call *k);

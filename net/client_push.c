@@ -6,6 +6,7 @@
 #include "config.h"
 
 #include "client_i.h"
+#include "codec/clock.h"
 
 struct push {
 	struct engine e;
@@ -109,7 +110,7 @@ static int batch_fill(struct push_stream *s, struct dmar_error *err)
 	pthread_mutex_lock(&p->e.lock);
 	s->compress = dmar_zmeter_compress(&p->zm);
 	pthread_mutex_unlock(&p->e.lock);
-	struct timespec t0;
+	double t0;
 	while (s->n < DMAR_BATCH_CHUNKS && bytes < DMAR_BATCH_BYTES) {
 		size_t i = atomic_fetch_add(&p->next, 1);
 		if (i >= p->ntodo)
@@ -141,9 +142,9 @@ static int batch_fill(struct push_stream *s, struct dmar_error *err)
 		if (w->enc == DMAR_WIRE_ZSTD || !s->compress) {
 			rec->zx = w->enc == DMAR_WIRE_ZSTD ? DMAR_ZX_PLAIN : DMAR_ZX_RAW;
 		} else {
-			clock_gettime(CLOCK_MONOTONIC, &t0);
+			t0 = dmar_mono_s();
 			rec->zx = stream_probe(s, w);
-			s->z_seconds += cl_elapsed(&t0);
+			s->z_seconds += (dmar_mono_s() - t0);
 		}
 		s->raw_bytes += w->len;
 		if (rec->zx == DMAR_ZX_PLAIN)
@@ -379,8 +380,8 @@ static int batch_send(struct push_stream *s, struct dmar_error *err)
 	 * chunk, the incompressible ones costing no more than the probe and
 	 * the grouped ones in their own form (the whole stream would see
 	 * them ungrouped). */
-	struct timespec t0;
-	clock_gettime(CLOCK_MONOTONIC, &t0);
+	double t0;
+	t0 = dmar_mono_s();
 	bool whole = s->compress && s->zable_bytes && s->zable_bytes * 2 >= s->raw_bytes && batch_compress(s) == 0;
 	if (!whole) {
 		batch_per_chunk(s);
@@ -391,7 +392,7 @@ static int batch_send(struct push_stream *s, struct dmar_error *err)
 		s->part = s->off = 0;
 	}
 	uint64_t wire = whole ? s->zbody_len : (uint64_t)s->body;
-	s->z_seconds += cl_elapsed(&t0);
+	s->z_seconds += (dmar_mono_s() - t0);
 	if ((r = cl_call_header(&k, "Content-Type: application/x-dmar-chunks")) < 0 ||
 	    (r = cl_call_header(&k, p->upload)) < 0 || (p->relay && (r = cl_call_header(&k, p->relay)) < 0))
 		goto out;
@@ -409,9 +410,9 @@ static int batch_send(struct push_stream *s, struct dmar_error *err)
 		curl_easy_setopt(k.h, CURLOPT_SEEKDATA, s);
 	}
 	curl_easy_setopt(k.h, CURLOPT_UPLOAD_BUFFERSIZE, DMAR_BULK_BUFFER);
-	clock_gettime(CLOCK_MONOTONIC, &t0);
+	t0 = dmar_mono_s();
 	r = cl_call_perform(&k);
-	double send_seconds = cl_elapsed(&t0);
+	double send_seconds = (dmar_mono_s() - t0);
 	if (r == 0) {
 		pthread_mutex_lock(&p->e.lock);
 		dmar_zmeter_sent(&p->zm, wire, send_seconds);

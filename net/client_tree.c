@@ -6,6 +6,7 @@
 #include "config.h"
 
 #include "client_i.h"
+#include "codec/clock.h"
 
 struct dmar_tree_body {
 	uint8_t *ops;          /* op records */
@@ -222,8 +223,7 @@ int dmar_client_tree(struct dmar_client *c, const struct dmar_tree_body *b, int 
 	uint8_t hdr[DMAR_TREE_HDR_SIZE], bhdr[DMAR_BATCH_HDR_SIZE];
 	dmar_tree_write_header(hdr, b->nops, (uint32_t)b->ops_len);
 	dmar_batch_write_header(bhdr, b->nchunks);
-	struct timespec t0;
-	clock_gettime(CLOCK_MONOTONIC, &t0);
+	double t0 = dmar_mono_s();
 	uint8_t *z = NULL;
 	size_t zlen = compress_body(b, hdr, bhdr, &z);
 	struct body_reader rd = { .p = { hdr, b->ops, bhdr, b->chunks },
@@ -264,8 +264,6 @@ int dmar_client_tree(struct dmar_client *c, const struct dmar_tree_body *b, int 
 out:
 	cl_call_end(&k, &t);
 	if (st) {
-		struct timespec t1;
-		clock_gettime(CLOCK_MONOTONIC, &t1);
 		memset(st, 0, sizeof(*st));
 		st->sent_chunks = b->nchunks;
 		st->chunk_bytes = b->chunks_len - (uint64_t)b->nchunks * DMAR_BATCH_REC_SIZE;
@@ -273,7 +271,7 @@ out:
 		st->round_trips = t.rounds;
 		st->requests = t.requests;
 		st->connects = t.connects;
-		st->seconds = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+		st->seconds = dmar_mono_s() - t0;
 	}
 	json_decref(ans);
 	free(z);

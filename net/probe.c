@@ -5,11 +5,11 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "client.h"
 #include "probe.h"
 #include "wire.h"
+#include "codec/clock.h"
 
 #define PROBE_THREADS 16
 
@@ -28,20 +28,13 @@ struct job {
 	size_t next; /* atomic */
 };
 
-static double now_ms(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
-}
-
 static void probe_one(const struct dmar_probe_opts *o, struct row *w)
 {
 	const struct dmar_peer *p = w->p;
 	if (o->self && o->self_info && !strcmp(p->name, o->self)) {
-		double t0 = now_ms();
+		double t0 = dmar_mono_s() * 1e3;
 		w->r = o->self_info(o->self_ctx, &w->info, &w->err);
-		w->ms = now_ms() - t0;
+		w->ms = dmar_mono_s() * 1e3 - t0;
 		return;
 	}
 	char url[DMAR_PEER_URL_MAX];
@@ -58,10 +51,10 @@ static void probe_one(const struct dmar_probe_opts *o, struct row *w)
 		.timeout_ms = o->timeout_ms ? o->timeout_ms : DMAR_PROBE_TIMEOUT_MS,
 	};
 	struct dmar_client *c = NULL;
-	double t0 = now_ms();
+	double t0 = dmar_mono_s() * 1e3;
 	if ((w->r = dmar_client_new(&c, &co, &w->err)) == 0)
 		w->r = dmar_client_info(c, &w->info, &w->err);
-	w->ms = now_ms() - t0;
+	w->ms = dmar_mono_s() * 1e3 - t0;
 	dmar_client_free(c);
 }
 

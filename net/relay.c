@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "relay.h"
+#include "codec/clock.h"
 
 /* ---- the chain push ------------------------------------------------------ */
 
@@ -184,13 +185,6 @@ struct dmar_relay {
 	uint64_t chunks, wire; /* forwarded, all sessions */
 };
 
-static uint64_t now_ms(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
-}
-
 static struct dmar_client *hop_client(struct session *s)
 {
 	return s->rl->cfg.peer(s->rl->cfg.peer_ctx, s->hops.name[s->at]);
@@ -222,7 +216,7 @@ static void forward(struct session *s, const struct dmar_id *ids, const uint32_t
 			pthread_mutex_unlock(&s->rl->lock);
 		}
 		const struct dmar_relay_cfg *cfg = &s->rl->cfg;
-		uint64_t t = now_ms();
+		uint64_t t = dmar_mono_ms();
 		if (cfg->progress && (r < 0 || t - s->told_ms >= 250)) {
 			s->told_ms = t;
 			cfg->progress(cfg->progress_ctx, s->upload, s->hops.name[s->at], &f->sent);
@@ -245,7 +239,7 @@ static void *session_run(void *arg)
 	char *rest = malloc(DMAR_HOPS_TEXT_MAX);
 	pthread_mutex_lock(&rl->lock);
 	while (!s->stop && rest) {
-		uint64_t t = now_ms();
+		uint64_t t = dmar_mono_ms();
 		if (!s->n && !s->flush && t - s->last_ms >= (uint64_t)rl->cfg.idle_seconds * 1000)
 			break; /* its sender is gone */
 		bool ready = s->n && (s->flush || s->bytes >= RELAY_MIN_BYTES || t - s->first_ms >= RELAY_WAIT_MS);
@@ -381,7 +375,7 @@ void dmar_relay_chunk(struct dmar_relay *rl, uint64_t upload, const struct dmar_
 		s->rl = rl;
 		s->upload = upload;
 		s->hops = *hops;
-		s->last_ms = now_ms();
+		s->last_ms = dmar_mono_ms();
 		if (!(s->fw = calloc(hops->n, sizeof(*s->fw))) ||
 		    pthread_create(&s->th, NULL, session_run, s) != 0) {
 			session_free(s);
@@ -405,7 +399,7 @@ void dmar_relay_chunk(struct dmar_relay *rl, uint64_t upload, const struct dmar_
 			goto out;
 		s->cap = cap;
 	}
-	uint64_t t = now_ms();
+	uint64_t t = dmar_mono_ms();
 	if (!s->n)
 		s->first_ms = t;
 	s->last_ms = t;

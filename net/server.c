@@ -33,6 +33,7 @@
 #include "config.h"
 
 #include "server_i.h"
+#include "codec/clock.h"
 
 /* ---- answers ----------------------------------------------------------------- */
 
@@ -655,9 +656,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
 		*con_cls = q;
 		q->s = cls;
 		q->c = c;
-		struct timespec ts;
-		clock_gettime(CLOCK_MONOTONIC, &ts);
-		q->t0 = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+		q->t0 = dmar_mono_s();
 		const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
 		q->conn = ci ? ci->socket_context : NULL;
 		if (!q->conn)
@@ -691,11 +690,9 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum 
 		return;
 	/* Counted when it ends, answered or not (status 0: "other"); the
 	 * websocket's time is that of its upgrade. */
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
 	struct srv_route_stats *rs = &q->s->rstats[q->rt ? (unsigned)(q->rt - routes) : NROUTES];
 	atomic_fetch_add_explicit(&rs->codes[srv_code_index(q->status)], 1, memory_order_relaxed);
-	dmar_hist_observe(&rs->seconds, (double)ts.tv_sec + (double)ts.tv_nsec / 1e9 - q->t0);
+	dmar_hist_observe(&rs->seconds, dmar_mono_s() - q->t0);
 	/* A tree commit's chunks were for its files, which took their own
 	 * references: whatever it staged goes, however it ended. */
 	if (q->rt && q->rt->body == BODY_TREE && q->received && q->s->ops->unstage)

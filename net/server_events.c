@@ -6,14 +6,8 @@
 #include "config.h"
 
 #include "server_i.h"
+#include "codec/clock.h"
 
-
-static int64_t now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 void srv_wake_events(struct dmar_server *s)
 {
@@ -69,7 +63,7 @@ static void ws_close(struct ws_client *cl, unsigned code)
 	uint8_t p[2] = { (uint8_t)(code >> 8), (uint8_t)code };
 	srv_ws_queue(cl, DMAR_WS_CLOSE, p, code ? 2 : 0);
 	cl->closing = true;
-	cl->closing_since_ms = now_ms();
+	cl->closing_since_ms = (int64_t)dmar_mono_ms();
 }
 
 /* A client's frame (event thread): answer pings and closes, ignore data. */
@@ -134,7 +128,7 @@ static void ws_flush(struct ws_client *cl)
 	}
 	if (cl->closing && cl->out_off == cl->out_len)
 		cl->dead = true;
-	if (cl->closing && now_ms() - cl->closing_since_ms > WS_CLOSE_WAIT_MS)
+	if (cl->closing && (int64_t)dmar_mono_ms() - cl->closing_since_ms > WS_CLOSE_WAIT_MS)
 		cl->dead = true;
 }
 

@@ -15,6 +15,7 @@
 
 #include "swarm.h"
 #include "codec/idset.h"
+#include "codec/clock.h"
 
 struct swarm {
 	struct dmar_swarm_peer *p;
@@ -72,13 +73,6 @@ static void add(struct dmar_xfer_stats *to, const struct dmar_xfer_stats *s)
 	to->connects += s->connects;
 }
 
-static double now_s(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
-
 /* The whole pull's figures so far, with w->lock held. */
 static struct dmar_xfer_stats sum(const struct swarm *w)
 {
@@ -87,7 +81,7 @@ static struct dmar_xfer_stats sum(const struct swarm *w)
 		add(&t, &w->live[k]);
 	t.chunks = w->set.n;
 	t.logical = t.chunk_bytes;
-	t.seconds = now_s() - w->t0;
+	t.seconds = dmar_mono_s() - w->t0;
 	return t;
 }
 
@@ -228,7 +222,7 @@ int dmar_swarm_pull(struct dmar_swarm_peer *p, size_t np, const struct dmar_id *
 {
 	if (np > DMAR_SWARM_PEERS)
 		np = DMAR_SWARM_PEERS;
-	struct swarm w = { .p = p, .np = np, .sink = sink, .progress = progress, .prctx = prctx, .t0 = now_s() };
+	struct swarm w = { .p = p, .np = np, .sink = sink, .progress = progress, .prctx = prctx, .t0 = dmar_mono_s() };
 	pthread_mutex_init(&w.lock, NULL);
 	for (size_t k = 0; k < np; k++) {
 		p[k].chunks = p[k].bytes = 0;
