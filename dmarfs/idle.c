@@ -212,7 +212,7 @@ void idle_stop(struct dmarfs *fs)
 {
 	pthread_mutex_lock(&fs->ns);
 	bool running = fs->idle_running;
-	fs->idle_stop = true;
+	__atomic_store_n(&fs->idle_stop, true, __ATOMIC_RELAXED); /* ns_encode reads it without ns */
 	fs->idle_running = false;
 	pthread_cond_broadcast(&fs->idle_cond);
 	pthread_mutex_unlock(&fs->ns);

@@ -1096,6 +1096,14 @@ int ns_encode(struct dmarfs *fs, struct inode *i, struct dmar_fsctx *c, int trie
 	int r;
 	bool done = false;
 	for (int stale = 0;;) {
+		/* At the unmount the encoder's file is left with what is done:
+		 * its RAW rest is kept (and recorded) as it is, and encoded
+		 * after the next attach; the rest of a large file at nice 19
+		 * would hold the daemon's end up for seconds. */
+		if (__atomic_load_n(&fs->idle_stop, __ATOMIC_RELAXED)) {
+			r = 0;
+			break;
+		}
 		struct dmar_encode_plan *plan = NULL;
 		pthread_rwlock_rdlock(&fs->busy);
 		pthread_rwlock_rdlock(&i->lock);
