@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <malloc.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <spawn.h>
@@ -342,9 +343,15 @@ int main(int argc, char **argv)
 	} else {
 		r = fuse_session_loop(se);
 	}
-	/* Ended by a signal (SIGTERM, SIGINT) after a clean unmount is a
-	 * normal end, as umount is. */
-	status = r == 0 || fuse_session_exited(se) ? 0 : 1;
+	/* Ended by a signal (SIGTERM from systemctl stop, SIGINT, SIGHUP) is
+	 * a normal end, as umount is.  libfuse's handlers make the loop
+	 * return the signal's number, and the multi-threaded loop resets the
+	 * session's exited flag before it returns: the number is all there
+	 * is to go by (exit status 1 here made every systemctl stop a
+	 * failure). */
+	status = r == 0 || r == SIGTERM || r == SIGINT || r == SIGHUP || fuse_session_exited(se) ? 0 : 1;
+	if (status)
+		fprintf(stderr, "dmarfs: the FUSE loop of %s ended with %d\n", o.source, r);
 	notify_stopping();
 out_unmount:
 	fuse_session_unmount(se);
