@@ -12,9 +12,10 @@
 # this test and copies of the others', which it cannot harm), refuses
 # while one is busy, and leaves mounts alone at an upgrade; a purge
 # (its scripts run for that root: nothing of this system's is touched)
-# leaves no file behind.  The DKMS package's
-# contents are checked (its scripts run dkms on the host, so it is not
-# installed here; the module itself is tested in tests/kmod/run.sh).
+# leaves no file behind.  The DKMS package's contents are checked, and
+# dkms builds its source for the newest kernel headers here, in trees of
+# the test's own (its scripts would run dkms on this system, so it is not
+# installed; the module itself is loaded and tested in tests/kmod/run.sh).
 # Skips (77) without dpkg-buildpackage, debhelper or dh-dkms, outside a
 # git tree, and in a sanitizer build (the plain pass runs it).
 . "$(dirname "$0")/../fs/lib.sh"
@@ -53,6 +54,31 @@ for f in dkms.conf dmar_arena.c Kbuild Makefile include/uapi/dmar_arena.h; do
 	grep -q "usr/src/dmar-arena-[0-9]*/$f\$" "$T/dkms.list" || fail "no $f in $(basename "$DKMS")"
 done
 dpkg -I "$DKMS" | grep -q 'Depends:.*dkms' || fail "$(basename "$DKMS") does not depend on dkms"
+
+check "DKMS builds the packaged source for this machine's Debian kernel headers"
+KVER=""
+for d in /lib/modules/*; do
+	[ -f "$d/build/Makefile" ] && KVER=$(basename "$d")
+done
+if [ -z "$KVER" ] || ! command -v dkms >/dev/null; then
+	say "  note: no kernel headers (linux-headers-amd64) or no dkms: not built"
+else
+	dpkg -x "$DKMS" "$T/dkmsroot" || fail "dpkg -x $(basename "$DKMS")"
+	src=$(cd "$T/dkmsroot/usr/src" && ls -d dmar-arena-*) || fail "no /usr/src/dmar-arena-* in the package"
+	ver=${src#dmar-arena-}
+	# Trees of the test's own (--dkmstree, --sourcetree), and a tmpfs on
+	# /var/lib/dkms in a mount namespace of its own for the signing key
+	# dkms makes when it finds none: nothing of this system's changes.
+	mkdir -p "$T/dkmstree"
+	unshare -m --propagation private sh -c 'mount -t tmpfs tmpfs /var/lib/dkms && exec "$@"' sh \
+		dkms build --dkmstree "$T/dkmstree" --sourcetree "$T/dkmsroot/usr/src" -m dmar-arena -v "$ver" -k "$KVER" \
+		>"$T/dkms.log" 2>&1 || fail "dkms build: $(tail -n 15 "$T/dkms.log")"
+	ko=$(find "$T/dkmstree" -name 'dmar_arena.ko*' | head -n 1)
+	[ -n "$ko" ] || fail "dkms built no dmar_arena.ko: $(tail -n 5 "$T/dkms.log")"
+	[ "$(modinfo -F name "$ko")" = dmar_arena ] || fail "$ko: modinfo name $(modinfo -F name "$ko")"
+	case $(modinfo -F vermagic "$ko") in "$KVER "*) ;; *) fail "$ko: vermagic $(modinfo -F vermagic "$ko"), not $KVER" ;; esac
+	say "  dkms built dmar-arena $ver for $KVER: $(basename "$ko"), $(fsize "$ko") bytes"
+fi
 
 check "dmarfs installs into an empty root"
 R=$T/root
