@@ -7,7 +7,8 @@
 # installs into an empty root of its own (dpkg --root: the host's package
 # database is not touched) with dmar, dmarfs, mount.dmarfs, the unit and
 # the man pages in place; the installed dmarfs mounts an arena, keeps a
-# file and unmounts; its prerm, at a removal, unmounts every dmarfs mount
+# file and unmounts, and so does the installed mount.dmarfs (what mount -t
+# dmarfs runs), with the installed dmarfs; its prerm, at a removal, unmounts every dmarfs mount
 # (run in a mount namespace of its own, so that it sees only the mounts of
 # this test and copies of the others', which it cannot harm), refuses
 # while one is busy, and leaves mounts alone at an upgrade; a purge
@@ -104,6 +105,18 @@ cp "$T/f" "$m/f" || fail "cp into the mount"
 cmp -s "$T/f" "$m/f" || fail "the file differs"
 check_arena "$m"
 fs_umount "$m"
+
+check "the package's mount.dmarfs (what mount -t dmarfs runs) mounts with the package's dmarfs"
+mkdir -p "$T/hm"
+PATH="$R/usr/bin:$PATH" "$R/sbin/mount.dmarfs" deb-helper "$T/hm" -o size=16m >"$T/helper.log" 2>&1 ||
+	fail "mount.dmarfs: $(cat "$T/helper.log")"
+is_mounted "$T/hm" || fail "mount.dmarfs returned, nothing mounted on $T/hm"
+hp=$(pgrep -f "dmarfs deb-helper " | head -n 1)
+[ -n "$hp" ] && [ "$(readlink "/proc/$hp/exe")" = "$R/usr/bin/dmarfs" ] ||
+	{ fusermount3 -u "$T/hm"; fail "the helper's daemon is not the package's dmarfs: pid '$hp', $(readlink "/proc/$hp/exe" 2>&1)"; }
+cp "$T/f" "$T/hm/f" && cmp -s "$T/f" "$T/hm/f" || { fusermount3 -u "$T/hm"; fail "a file through the helper's mount"; }
+fusermount3 -u "$T/hm" || fail "unmount of the helper's mount"
+wait_pid_exit "$hp" 10 || fail "the helper's daemon (pid $hp) still runs 10 s after the unmount"
 
 check "the prerm of a removal unmounts every dmarfs mount; a busy one stops it; an upgrade leaves them"
 PRERM=$R/var/lib/dpkg/info/dmarfs.prerm
