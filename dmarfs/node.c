@@ -212,7 +212,7 @@ static void reap(struct dmarfs_node *n, uint64_t t)
  * hands it over): a second upload of the same chunk only refreshes it. */
 static void stage_add(struct dmarfs_node *n, const struct dmar_id *id, uint64_t upload)
 {
-	uint64_t t = (dmar_mono_ms() / 1000);
+	uint64_t t = dmar_mono_ms() / 1000;
 	pthread_mutex_lock(&n->stage_lock);
 	reap(n, t);
 	size_t b = bucket(id);
@@ -274,7 +274,7 @@ static void stage_tick(void *ctx)
 {
 	struct dmarfs_node *n = ctx;
 	pthread_mutex_lock(&n->stage_lock);
-	reap(n, (dmar_mono_ms() / 1000));
+	reap(n, dmar_mono_ms() / 1000);
 	pthread_mutex_unlock(&n->stage_lock);
 }
 
@@ -1142,23 +1142,11 @@ static int op_mesh(void *ctx, json_t **out, struct dmar_error *err)
 	if (!n->mesh || dmar_mono_ms() - n->mesh_at >= MESH_FRESH_MS) {
 		struct dmar_probe_opts po = { .token = n->token, .tls_ca = n->cfg.tls_ca,
 					      .connect_timeout_ms = MESH_CONNECT_MS, .timeout_ms = MESH_TIMEOUT_MS,
-					      .self = n->name, .self_info = op_info, .self_ctx = n };
+					      .self = n->name, .self_url = n->url, .self_info = op_info, .self_ctx = n };
 		json_t *rows = NULL;
-		if (n->peers ? dmar_probe_peers(n->peers, &po, &rows) < 0 : !(rows = json_array())) {
+		if (dmar_probe_peers(n->peers, &po, &rows) < 0) {
 			pthread_mutex_unlock(&n->mesh_lock);
 			return dmar_error_set(err, -ENOMEM, "out of memory");
-		}
-		if (!dmar_peers_find(n->peers, n->name)) {
-			json_t *info = NULL, *self = NULL;
-			if (op_info(n, &info, err) == 0)
-				self = json_pack("{s:s, s:s, s:s, s:b, s:b, s:f, s:o}", "name", n->name, "address",
-						 strstr(n->url, "://") ? strstr(n->url, "://") + 3 : n->url, "url", n->url,
-						 "reachable", 1, "self", 1, "ms", 0.0, "node", info);
-			if (!self || json_array_insert_new(rows, 0, self) < 0) {
-				json_decref(rows);
-				pthread_mutex_unlock(&n->mesh_lock);
-				return dmar_error_set(err, -ENOMEM, "out of memory");
-			}
 		}
 		json_decref(n->mesh);
 		n->mesh = json_pack("{s:s, s:o}", "node", n->name, "nodes", rows);

@@ -19,9 +19,12 @@ struct dmar_probe_opts {
 	const char *tls_ca;      /* for https peers, or NULL */
 	long connect_timeout_ms; /* 0: DMAR_PROBE_CONNECT_MS */
 	long timeout_ms;         /* the whole GET; 0: DMAR_PROBE_TIMEOUT_MS */
-	/* The asker's own name and answer: its row (when the file lists it)
-	 * comes from self_info, not over the network.  NULL: none. */
+	/* The asker's own name and answer: its row comes from self_info,
+	 * not over the network; with self_url (how its peers reach it), it
+	 * has a row, the first, even when the file does not list it.  NULL:
+	 * none. */
 	const char *self;
+	const char *self_url;
 	int (*self_info)(void *ctx, json_t **out, struct dmar_error *err);
 	void *self_ctx;
 };
@@ -30,7 +33,8 @@ struct dmar_probe_opts {
 #define DMAR_PROBE_TIMEOUT_MS 4000
 
 /*
- * *out = a new array, one object per peer in the file's order:
+ * *out = a new array, one object per peer in the file's order (after the
+ * asker's own, see self_url):
  *   {"name", "address" ("10.0.0.2:7420"), "url", "reachable": true,
  *    "ms": the GET's round trip in milliseconds, "node": its answer}
  * or "reachable": false with "error" (the message) and "errno" (its name)
