@@ -292,7 +292,8 @@ int ns_commit_file(struct dmarfs *fs, struct inode *d, const char *name, struct 
 
 /* Encode i's RAW extents with c (takes i->encode_mu and i->lock, step by
  * step, syncing each step of a file the journal holds): 0 when none was
- * left at the last look, -EAGAIN when writes made tries plans stale,
+ * left at the last look, or once the unmount began (idle_stop: the rest
+ * stays RAW), -EAGAIN when writes made tries plans stale,
  * -ENOSPC when not even one chunk fitted, -ENOMEM. */
 int ns_encode(struct dmarfs *fs, struct inode *i, struct dmar_fsctx *c, int tries);
 /* Before a copy shares i's chunks (dmar_file_share would encode i itself,
