@@ -1120,6 +1120,8 @@ static int op_transfer(void *ctx, const char *path, const char *to, const char *
 			 (json_int_t)st.round_trips, "requests", (json_int_t)st.requests, "connects",
 			 (json_int_t)st.connects, "seconds", st.seconds, "effective_MBps", st.logical / s / 1e6,
 			 "wire_MBps", st.wire_bytes / s / 1e6);
+	if (*out)
+		json_object_set_new(*out, "predicted_chunks", json_integer((json_int_t)st.predicted_chunks));
 	if (*out && nodes)
 		json_object_set_new(*out, "nodes", nodes);
 	else
@@ -1296,6 +1298,7 @@ static json_t *xfer_event(const char *type, json_t *base, const struct dmar_xfer
 	json_object_set_new(ev, "chunks_sent", json_integer((json_int_t)st->sent_chunks));
 	json_object_set_new(ev, "chunk_bytes", json_integer((json_int_t)st->chunk_bytes));
 	json_object_set_new(ev, "zchunk_bytes", json_integer((json_int_t)st->zchunk_bytes));
+	json_object_set_new(ev, "predicted_chunks", json_integer((json_int_t)st->predicted_chunks));
 	json_object_set_new(ev, "round_trips", json_integer((json_int_t)st->round_trips));
 	json_object_set_new(ev, "requests", json_integer((json_int_t)st->requests));
 	json_object_set_new(ev, "connects", json_integer((json_int_t)st->connects));

@@ -117,7 +117,7 @@ int dmar_client_new(struct dmar_client **out, const struct dmar_client_opts *o, 
 	}
 	if (o->tls_ca && !(c->tls_ca = strdup(o->tls_ca)))
 		goto nomem;
-	if (!(c->share = curl_share_init()))
+	if (!(c->share = curl_share_init()) || !(c->held = dmar_idcache_new(CL_HELD_LOG2_BUCKETS)))
 		goto nomem;
 	curl_share_setopt(c->share, CURLSHOPT_LOCKFUNC, share_lock);
 	curl_share_setopt(c->share, CURLSHOPT_UNLOCKFUNC, share_unlock);
@@ -144,6 +144,7 @@ void dmar_client_free(struct dmar_client *c)
 	for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
 		pthread_mutex_destroy(&c->share_lock[i]);
 	pthread_mutex_destroy(&c->pool_lock);
+	dmar_idcache_free(c->held);
 	free(c->url);
 	free(c->label);
 	if (c->auth)

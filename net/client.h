@@ -77,6 +77,7 @@ struct dmar_xfer_stats {
 			       * far as its answers told so far (chunk_bytes of them are sent) */
 	uint64_t zchunk_bytes; /* of those, the bytes that went compressed (a frame, or a compressed batch) */
 	uint64_t wire_bytes;  /* HTTP bytes both ways: headers and bodies */
+	uint64_t predicted_chunks; /* push: sent before the first commit, as the peer was not known to hold them */
 	uint64_t round_trips; /* sequential request rounds (parallel batches count once) */
 	uint64_t requests;    /* HTTP requests answered, each of the parallel ones */
 	uint64_t connects;    /* new connections opened for them (each a TCP, and TLS, handshake) */
@@ -99,8 +100,10 @@ struct dmar_chunk_source {
  * Ship a file to the peer as path: commit r first (one round trip when the
  * peer holds every chunk); when refused, upload the chunks its answer
  * marks missing in batches (about 8 MiB each) over opts.streams parallel
- * connections, then commit r again.  If that commit finds chunks missing
- * again (the peer dropped some meanwhile) they are uploaded and the
+ * connections, then commit r again.  A new version of a file the peer
+ * holds (every chunk but a few among those its earlier commits from this
+ * client took) skips the first commit: the few go first (predicted_chunks).
+ * If a commit finds chunks missing (the peer dropped some meanwhile) they are uploaded and the
  * commit retried, up to 3 times; a batch answered 422
  * (a chunk did not match its id on arrival) is re-sent once from the
  * source.  progress (may be NULL) is called now and then, and at the end.

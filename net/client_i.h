@@ -31,6 +31,7 @@
 #include "client.h"
 #include "libcurl.h"
 #include "codec/compress.h"
+#include "codec/idcache.h"
 #include "codec/idset.h"
 
 /* A query body is 32 bytes an id and the peer reads at most 64 MiB a body;
@@ -64,6 +65,15 @@
 /* JSON answers and error bodies are small; a recipe is bounded by its format. */
 #define DMAR_JSON_MAX (16u << 20)
 #define DMAR_COMMIT_RETRIES 3
+/* What a client remembers the peer holds: 8 << 15 chunk ids (2 MiB, about
+ * 8 GiB of files at the 32 KiB chunk average). */
+#define CL_HELD_LOG2_BUCKETS 15
+/* A push sends the chunks the peer is not known to hold before its first
+ * commit when it knows of at least all but 1/CL_PREDICT_SHARE of them: a
+ * new version of a file the peer holds.  Below that, the peer is asked
+ * (the commit's refusal): a cache that forgot half a file would upload
+ * chunks the peer has. */
+#define CL_PREDICT_SHARE 8
 /* curl's socket buffers for the bulk transfers: fewer, bigger send and recv
  * calls (2 MiB is the most CURLOPT_UPLOAD_BUFFERSIZE accepts). */
 #define DMAR_BULK_BUFFER (1L << 20)
@@ -75,6 +85,10 @@ struct dmar_client {
 	char *tls_ca;
 	unsigned streams;
 	atomic_bool no_short; /* the peer answered 415 to a short recipe */
+	/* Chunks the peer holds, as its commits said (push): a new version
+	 * of a file it holds goes with its new chunks before the commit,
+	 * not after a refusal that lists them. */
+	struct dmar_idcache *held;
 	long connect_timeout_ms;
 	long timeout_ms;
 

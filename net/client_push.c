@@ -612,6 +612,22 @@ static int query_todo(struct push *p, uint8_t *missing, uint32_t *todo, size_t *
 	return 0;
 }
 
+/* The chunks to send before the first commit, as set indices in todo:
+ * those the peer is not known to hold, when it is known to hold all but a
+ * few (predicted); else none, and the commit's refusal says. */
+static size_t predict_todo(struct push *p, uint32_t *todo)
+{
+	const struct dmar_idcache *held = p->e.c->held;
+	size_t n = p->e.set.n, lack = 0;
+	for (size_t i = 0; i < n; i++)
+		if (!dmar_idcache_has(held, &p->e.set.ids[i]))
+			todo[lack++] = (uint32_t)i;
+	if (lack == n || lack * CL_PREDICT_SHARE > n)
+		return 0;
+	p->e.st.predicted_chunks = lack;
+	return lack;
+}
+
 /* The transfer's X-Dmar-Upload and X-Dmar-Relay header lines. */
 static int push_headers(struct push *p, const struct dmar_push_opts *o, struct dmar_error *err)
 {
@@ -751,6 +767,10 @@ int dmar_client_push(struct dmar_client *c, const char *path, const struct dmar_
 		goto out;
 	}
 	slen = dmar_recipe_short_write(r, &rid, DMAR_RECIPE_SHORT_IDLEN, sb);
+	/* Chained nodes each lack their own chunks: only the peer's
+	 * refusal, which the relay completes, says which. */
+	if (!p.relay)
+		ntodo = predict_todo(&p, todo);
 	for (int attempt = 0;;) {
 		pthread_mutex_lock(&p.e.lock);
 		for (size_t i = 0; i < ntodo; i++)
@@ -773,6 +793,7 @@ int dmar_client_push(struct dmar_client *c, const char *path, const struct dmar_
 		ret = cl_commit_one(c, path, &cq, &ans, &t, &status, &cerr);
 		ask_content = false;
 		if (ret == 0) {
+			dmar_idcache_add(c->held, p.e.set.ids, p.e.set.n);
 			if (answer)
 				*answer = ans;
 			else
@@ -807,6 +828,8 @@ int dmar_client_push(struct dmar_client *c, const char *path, const struct dmar_
 			goto out;
 		if (requery && (ret = query_todo(&p, missing, todo, &ntodo, &t, err)) < 0)
 			goto out;
+		for (size_t i = 0; i < ntodo; i++)
+			dmar_idcache_drop(c->held, &p.e.set.ids[todo[i]]);
 	}
 out:
 	ret = push_finish(&p, &t, ret, st, err);

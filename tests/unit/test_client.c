@@ -1100,6 +1100,76 @@ static void test_push_only_missing(void **state)
 	tfile_free(&f);
 }
 
+/* f with chunks at the given entries replaced by new random ones: a new
+ * version of it, as a chunker would cut one with those regions rewritten. */
+static void tfile_rewrite(struct tfile *v2, const struct tfile *f, const size_t *at, size_t nat, uint64_t seed)
+{
+	memset(v2, 0, sizeof(*v2));
+	table_init(&v2->chunks);
+	for (size_t i = 0; i < f->chunks.n; i++)
+		table_add(&v2->chunks, &f->chunks.c[i].id, f->chunks.c[i].data, f->chunks.c[i].len);
+	v2->r = f->r;
+	v2->r.e = malloc(f->r.n * sizeof(*f->r.e));
+	memcpy(v2->r.e, f->r.e, f->r.n * sizeof(*f->r.e));
+	uint8_t buf[8192];
+	uint64_t s = seed;
+	for (size_t k = 0; k < nat; k++) {
+		fill_random(buf, sizeof(buf), xorshift64(&s));
+		struct dmar_recipe_entry *e = &v2->r.e[at[k]];
+		v2->r.size += sizeof(buf) - e->len;
+		dmar_hash(buf, sizeof(buf), &e->id);
+		e->len = sizeof(buf);
+		table_add(&v2->chunks, &e->id, buf, sizeof(buf));
+	}
+}
+
+/* A new version of a file this client shipped: its new chunks go before
+ * the commit, which is the only other round trip; a peer that dropped
+ * some of the rest meanwhile refuses, and gets them too. */
+static void test_push_new_version(void **state)
+{
+	struct tfile f, v2, v3;
+	tfile_make(&f, 60, 0, 31);
+	static const size_t at[] = { 7, 20, 33, 50 };
+	tfile_rewrite(&v2, &f, at, 4, 32);
+	tfile_rewrite(&v3, &v2, at + 1, 2, 33);
+	struct dmar_client *c = client_for(F->port, NULL, 2);
+	struct dmar_xfer_stats st;
+	push_ok(c, &f, "ckpt", &st);
+	assert_int_equal(st.predicted_chunks, 0); /* nothing known of the peer yet */
+
+	unsigned long commits = F->n_commit;
+	push_ok(c, &v2, "ckpt", &st);
+	assert_int_equal(st.predicted_chunks, 4);
+	assert_int_equal(st.sent_chunks, 4);
+	assert_int_equal(st.round_trips, 2); /* the upload, the commit */
+	assert_int_equal(F->n_commit - commits, 1);
+	assert_int_equal(F->n_query, 0);
+	assert_fake_has(&v2);
+
+	/* The peer dropped 3 chunks it held: the commit's refusal says so. */
+	for (size_t i = 0; i < 3; i++)
+		table_remove(&F->store, &v3.r.e[i].id);
+	commits = F->n_commit;
+	push_ok(c, &v3, "ckpt", &st);
+	assert_int_equal(st.predicted_chunks, 2);
+	assert_int_equal(st.sent_chunks, 5);
+	assert_int_equal(F->n_commit - commits, 2);
+	assert_fake_has(&v3);
+
+	/* Another client knows nothing of the peer: it asks first. */
+	struct dmar_client *c2 = client_for(F->port, NULL, 2);
+	push_ok(c2, &v2, "ckpt2", &st);
+	assert_int_equal(st.predicted_chunks, 0);
+	assert_int_equal(st.sent_chunks, 0); /* the fake keeps every chunk */
+	assert_int_equal(st.round_trips, 1);
+	dmar_client_free(c2);
+	dmar_client_free(c);
+	tfile_free(&v3);
+	tfile_free(&v2);
+	tfile_free(&f);
+}
+
 /* More batches than streams: each stream sends several, one after another. */
 static void test_push_many_batches(void **state)
 {
@@ -1763,6 +1833,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_push_floats, fake_start, fake_stop),
 		cmocka_unit_test_setup_teardown(test_push_probe_run, fake_start, fake_stop),
 		cmocka_unit_test_setup_teardown(test_push_only_missing, fake_start, fake_stop),
+		cmocka_unit_test_setup_teardown(test_push_new_version, fake_start, fake_stop),
 		cmocka_unit_test_setup_teardown(test_push_many_batches, fake_start, fake_stop),
 		cmocka_unit_test_setup_teardown(test_push_compressible, fake_start, fake_stop),
 		cmocka_unit_test_setup_teardown(test_push_nothing_missing, fake_start, fake_stop),

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * test_compress - the compress policy and the chunk compressor
- * (codec/compress.h), and the set of distinct chunk ids (codec/idset.h).
+ * (codec/compress.h), the set of distinct chunk ids (codec/idset.h) and
+ * the lossy cache of them (codec/idcache.h).
  */
 #include "config.h"
 
@@ -23,6 +24,7 @@
 #include "codec/bgroup.h"
 #include "codec/compress.h"
 #include "codec/hash.h"
+#include "codec/idcache.h"
 #include "codec/idset.h"
 
 /* Bytes that only entropy coding shrinks: each byte one of 3 letters,
@@ -278,6 +280,46 @@ static void test_idset(void **state)
 	free(ids);
 }
 
+/* The lossy cache: what was added is there until dropped, at the load a
+ * client gives it (a 1 GiB file's 30,000 chunks in 256k ways) without
+ * losing any; past its capacity it forgets, boundedly, and never invents. */
+static void test_idcache(void **state)
+{
+	enum { N = 30000 };
+	struct dmar_id *ids = malloc(2 * N * sizeof(*ids));
+	for (int i = 0; i < 2 * N; i++) {
+		uint8_t b[8];
+		fill_random(b, sizeof(b), (uint64_t)i + 7);
+		dmar_hash(b, sizeof(b), &ids[i]);
+	}
+	struct dmar_idcache *c = dmar_idcache_new(15);
+	assert_non_null(c);
+	dmar_idcache_add(c, ids, N);
+	for (int i = 0; i < N; i++)
+		assert_true(dmar_idcache_has(c, &ids[i]));
+	for (int i = N; i < 2 * N; i++)
+		assert_false(dmar_idcache_has(c, &ids[i]));
+	dmar_idcache_drop(c, &ids[5]);
+	assert_false(dmar_idcache_has(c, &ids[5]));
+	assert_true(dmar_idcache_has(c, &ids[6]));
+	dmar_idcache_free(c);
+
+	/* 30,000 ids in 2,048 ways: most are forgotten, and none of the
+	 * others appears. */
+	c = dmar_idcache_new(8);
+	dmar_idcache_add(c, ids, N);
+	int kept = 0;
+	for (int i = 0; i < N; i++)
+		kept += dmar_idcache_has(c, &ids[i]);
+	assert_true(kept > 0 && kept <= 2048);
+	for (int i = N; i < 2 * N; i++)
+		assert_false(dmar_idcache_has(c, &ids[i]));
+	dmar_idcache_free(c);
+	dmar_idcache_free(NULL);
+	assert_null(dmar_idcache_new(31));
+	free(ids);
+}
+
 /* An optional argument runs only the tests matching it (a glob). */
 int main(int argc, char **argv)
 {
@@ -291,6 +333,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_choose),
 		cmocka_unit_test(test_zmeter),
 		cmocka_unit_test(test_idset),
+		cmocka_unit_test(test_idcache),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
