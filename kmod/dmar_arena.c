@@ -3,8 +3,8 @@
  * dmar_arena - named memory arenas for dmarfs: /dev/dmar_arena.
  *
  * An arena is pages the module allocates (4 KiB ones, 2 MiB compound
- * pages, or one physically contiguous block), zeroed, on a NUMA node if
- * asked.  A file of /dev/dmar_arena binds to one arena (CREATE or
+ * pages, or one physically contiguous block of any size the memory
+ * allows), zeroed, on a NUMA node if asked.  A file of /dev/dmar_arena binds to one arena (CREATE or
  * ATTACH); mmap(2) of the file then maps it, and EXPORT makes a dma-buf
  * of a range, which DRM devices and RDMA NICs import.  An arena made with
  * DMAR_ARENA_KEEP stays, by name, after every user is gone -- dmarfs keeps
@@ -29,11 +29,15 @@
 #include <linux/kobject.h>
 #include <linux/kref.h>
 #include <linux/list.h>
+#include <linux/memory_hotplug.h>
 #include <linux/miscdevice.h>
 #include <linux/mm.h>
 #include <linux/module.h>
 #include <linux/mutex.h>
+#include <linux/nodemask.h>
+#include <linux/pageblock-flags.h>
 #include <linux/scatterlist.h>
+#include <linux/sched/signal.h>
 #include <linux/slab.h>
 #include <linux/uaccess.h>
 #include <linux/version.h>
@@ -52,6 +56,15 @@
 #define ORDER_LIMIT (MAX_ORDER + 1)
 #else
 #define ORDER_LIMIT MAX_ORDER
+#endif
+
+/* alloc_contig_range's third argument: a migrate type until 6.16, flags
+ * since.
+ */
+#if LINUX_VERSION_CODE >= KERNEL_VERSION(6, 16, 0)
+#define CONTIG_RANGE_ARG ACR_FLAGS_NONE
+#else
+#define CONTIG_RANGE_ARG MIGRATE_MOVABLE
 #endif
 
 static unsigned int max_arenas = 64;
@@ -223,27 +236,99 @@ static struct kobj_type arena_ktype = {
 
 /* ---- create, attach, destroy --------------------------------------------- */
 
+/* The first pfn of [pfn, pfn + nr) that a contiguous block cannot take
+ * (offline, in another zone, reserved, or a hugetlb page), or pfn + nr.
+ */
+static unsigned long first_unusable(struct zone *zone, unsigned long pfn, unsigned long nr)
+{
+	unsigned long i;
+
+	for (i = pfn; i < pfn + nr; i++) {
+		struct page *p = pfn_to_online_page(i);
+
+		if (!p || page_zone(p) != zone || PageReserved(p) || PageHuge(p))
+			return i;
+	}
+	return i;
+}
+
+/*
+ * nr physically contiguous 4 KiB pages, more than the page allocator's
+ * largest order gives, found as the kernel finds a gigantic huge page at
+ * run time (alloc_contig_pages, which is not exported): scan each zone of
+ * the node (or of every node) for a pageblock-aligned range of usable
+ * pages and let alloc_contig_range migrate the movable pages in use there
+ * away.  Debian's kernels have no CMA area to take such a block from.
+ * Each page comes back as an order-0 page with one reference, not zeroed.
+ * The first page, or NULL.
+ */
+static struct page *contig_alloc(int nid, unsigned long nr)
+{
+	const gfp_t gfp = GFP_KERNEL | __GFP_RETRY_MAYFAIL | __GFP_NOWARN;
+	int n, z;
+
+	for_each_online_node(n) {
+		if (nid >= 0 && n != nid)
+			continue;
+		for (z = MAX_NR_ZONES - 1; z >= 0; z--) {
+			struct zone *zone = &NODE_DATA(n)->node_zones[z];
+			unsigned long pfn, bad, end = zone_end_pfn(zone);
+
+			if (!populated_zone(zone))
+				continue;
+			pfn = ALIGN(zone->zone_start_pfn, pageblock_nr_pages);
+			while (pfn + nr <= end) {
+				if (fatal_signal_pending(current))
+					return NULL;
+				bad = first_unusable(zone, pfn, nr);
+				if (bad == pfn + nr) {
+					if (!alloc_contig_range(pfn, pfn + nr, CONTIG_RANGE_ARG, gfp))
+						return pfn_to_page(pfn);
+					bad = pfn + nr - 1; /* busy: the next range */
+				}
+				pfn = ALIGN(bad + 1, pageblock_nr_pages);
+				cond_resched();
+			}
+		}
+	}
+	return NULL;
+}
+
 static int arena_alloc_pages(struct arena *a)
 {
 	gfp_t gfp = GFP_HIGHUSER | __GFP_ZERO | __GFP_NOWARN | __GFP_RETRY_MAYFAIL;
 	unsigned long step, i, j;
+	struct page *p;
 
 	a->nr_pages = a->size >> PAGE_SHIFT;
 	if (a->flags & DMAR_ARENA_CONTIG)
 		a->order = get_order(a->size);
 	else
 		a->order = a->page_size == HUGE_2M ? get_order(HUGE_2M) : 0;
-	if (a->order >= ORDER_LIMIT)
-		return -EINVAL; /* larger than one allocation can be */
-	step = 1ul << a->order;
 	a->pages = kvcalloc(a->nr_pages, sizeof(*a->pages), GFP_KERNEL);
 	if (!a->pages)
 		return -ENOMEM;
+	if (a->order >= ORDER_LIMIT) {
+		/* a contiguous block past one allocation: order-0 pages,
+		 * freed one by one like the others
+		 */
+		a->order = 0;
+		p = contig_alloc(a->nid, a->nr_pages);
+		if (!p)
+			return -ENOMEM;
+		for (i = 0; i < a->nr_pages; i++) {
+			a->pages[i] = pfn_to_page(page_to_pfn(p) + i);
+			clear_highpage(a->pages[i]);
+			if (!(i & 511))
+				cond_resched();
+		}
+		return 0;
+	}
+	step = 1ul << a->order;
 	if (a->order)
 		gfp |= __GFP_COMP;
 	for (i = 0; i < a->nr_pages; i += step) {
-		struct page *p = a->nid >= 0 ? alloc_pages_node(a->nid, gfp, a->order) : alloc_pages(gfp, a->order);
-
+		p = a->nid >= 0 ? alloc_pages_node(a->nid, gfp, a->order) : alloc_pages(gfp, a->order);
 		if (!p)
 			return -ENOMEM; /* arena_free_pages frees what came */
 		for (j = 0; j < step && i + j < a->nr_pages; j++)

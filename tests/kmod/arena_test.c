@@ -3,7 +3,8 @@
  * arena_test - /dev/dmar_arena (kmod/) from user space, run inside the
  * QEMU guest of tests/kmod/run.sh (built static, no libc beyond glibc's).
  *
- * Arenas of 4 KiB pages, of 2 MiB pages and contiguous: create, mmap,
+ * Arenas of 4 KiB pages, of 2 MiB pages and contiguous (past the page
+ * allocator's largest block too: one physical run): create, mmap,
  * write and read back; query; sysfs; 2 MiB pages mapped with PMDs; the limits and bad arguments, each
  * with its errno; a dma-buf exported and mapped, then imported into vgem
  * (DRM_IOCTL_PRIME_FD_TO_HANDLE, as the kernel's dma-buf selftests do)
@@ -206,6 +207,52 @@ static long meminfo_kb(const char *field)
 }
 
 /*
+ * A contiguous arena past the page allocator's largest block (4 MiB on
+ * x86-64): one run of physical pages, as their frame numbers in
+ * /proc/self/pagemap (which root reads) show, zeroed, written and read
+ * back like the others; and every page back after it goes.
+ */
+static void contig_large(uint32_t page)
+{
+	const uint64_t size = 40 * MiB;
+	long free0 = meminfo_kb("MemFree:");
+	char name[32];
+	snprintf(name, sizeof(name), "contig40-%u", page);
+	arena_rw(name, size, page, DMAR_ARENA_CONTIG);
+	int fd = dev();
+	check(create(fd, name, size, page, DMAR_ARENA_CONTIG) == 0, "create %s again", name);
+	uint8_t *m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	check(m != MAP_FAILED, "mmap %s", name);
+	if (m == MAP_FAILED) {
+		close(fd);
+		return;
+	}
+	for (uint64_t i = 0; i < size; i += 4096)
+		m[i] = 1;
+	int pm = open("/proc/self/pagemap", O_RDONLY);
+	uint64_t first = 0, bad = 0, e;
+	for (uint64_t i = 0; i < size / 4096; i++) {
+		if (pread(pm, &e, 8, (off_t)(((uintptr_t)m / 4096 + i) * 8)) != 8 || !(e >> 63)) {
+			bad++;
+			continue;
+		}
+		e &= (1ull << 55) - 1;
+		if (i == 0)
+			first = e;
+		else if (e != first + i)
+			bad++;
+	}
+	if (pm >= 0)
+		close(pm);
+	check(pm >= 0 && first && !bad, "%s is one physical run from frame %#llx (%llu pages out of place)", name,
+	      (unsigned long long)first, (unsigned long long)bad);
+	munmap(m, size);
+	close(fd);
+	long free1 = meminfo_kb("MemFree:");
+	check(free1 > free0 - 8192, "its pages came back (MemFree %ld -> %ld kB)", free0, free1);
+}
+
+/*
  * An arena of 2 MiB pages is mapped with PMDs (an address the module
  * aligns); get_user_pages works through them (process_vm_readv's slow
  * path, vmsplice's fast one), an munmap inside one splits it and the rest
@@ -263,7 +310,7 @@ static void bad_arguments(void)
 	FAILS(create(fd, "a/b", 4096, 4096, 0), EINVAL, "name with '/'");
 	FAILS(create(fd, "..", 4096, 4096, 0), EINVAL, "name '..'");
 	FAILS(create(fd, "big", 128 * MiB, 4096, 0), ENOSPC, "past max_total_mb (64)");
-	FAILS(create(fd, "huge", 64 * MiB, 4096, DMAR_ARENA_CONTIG), EINVAL, "contiguous beyond one allocation");
+	FAILS(create(fd, "huge", 128 * MiB, 4096, DMAR_ARENA_CONTIG), ENOSPC, "contiguous past max_total_mb");
 	struct dmar_arena_create c = { .struct_size = 8, .size = 4096, .page_size = 4096 };
 	snprintf(c.name, sizeof(c.name), "small");
 	FAILS(ioctl(fd, DMAR_ARENA_IOC_CREATE, &c), EINVAL, "struct_size smaller than version 1's");
@@ -558,6 +605,8 @@ int main(int argc, char **argv)
 	arena_rw("a4k", 8 * MiB, 4096, 0);
 	arena_rw("a2m", 16 * MiB, 2 * MiB, 0);
 	arena_rw("contig", 2 * MiB, 4096, DMAR_ARENA_CONTIG);
+	contig_large(4096);
+	contig_large(2 * MiB);
 	huge_mappings();
 	bad_arguments();
 	dmabuf();

@@ -25,8 +25,8 @@
 
 /* Flags of an arena. */
 #define DMAR_ARENA_KEEP (1u << 0)   /* stays after its last user closes, until DESTROY */
-#define DMAR_ARENA_CONTIG (1u << 1) /* one physically contiguous block (sizes up to the
-				     * page allocator's largest order)
+#define DMAR_ARENA_CONTIG (1u << 1) /* one physically contiguous block (ENOMEM when
+				     * no such range can be freed)
 				     */
 #define DMAR_ARENA_EXCL (1u << 2)   /* CREATE, ATTACH: this file is the arena's only
 				     * binding until it closes (EBUSY otherwise), as one
