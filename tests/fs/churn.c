@@ -14,7 +14,8 @@
  *       symbolic links, setxattr and removexattr, chmod, copy_file_range.
  *       Every operation ends with its files closed, so each one that
  *       returns is durable (persist.h).  When a call fails because the
- *       daemon is gone (ENOTCONN, ECONNABORTED), stop and save MODEL: the
+ *       daemon is gone (ENOTCONN, ECONNABORTED, or EIO with the mount
+ *       dead right after: gone()), stop and save MODEL: the
  *       tree before the operation in flight and as it would be after it.
  *       Exit 0 (MAXOPS done, or the daemon went), 3 on an unexpected error.
  *   churn verify DIR MODEL
@@ -34,6 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <sys/xattr.h>
 #include <unistd.h>
 
@@ -184,9 +186,26 @@ static void full(char *out, const char *path)
 	snprintf(out, PATHMAX + 256, "%s/%s", root, path);
 }
 
+/* Whether a call failed because the daemon went.  A request the kernel
+ * was copying to the daemon (or a reply from it) when the daemon was
+ * killed can fail with EIO: the copy into the dying process's memory
+ * fails before its /dev/fuse is released, which is what makes every
+ * other request ECONNABORTED or ENOTCONN.  So an EIO counts as the
+ * daemon's end only if the mount is dead within a few seconds (statfs:
+ * stat may answer from the kernel's cache); any other EIO is a bug. */
 static bool gone(int e)
 {
-	return e == ENOTCONN || e == ECONNABORTED;
+	if (e == ENOTCONN || e == ECONNABORTED)
+		return true;
+	if (e != EIO)
+		return false;
+	for (int k = 0; k < 50; k++) {
+		struct statfs sf;
+		if (statfs(root, &sf) < 0 && errno == ENOTCONN)
+			return true;
+		usleep(100000);
+	}
+	return false;
 }
 
 static uint64_t total(const struct model *m)
