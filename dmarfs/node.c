@@ -14,6 +14,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <linux/fuse.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1362,16 +1363,50 @@ static int add_chunks(struct dmarfs_node *n, struct dmar_tree_body *b, const str
 	return ret;
 }
 
+/* Each thread's tree body, kept for its next small file: a body's
+ * buffers and compressors cost more to make than to fill with one small
+ * file (cp -r of headers into @PEER/ ships thousands).  A small file's
+ * body stays under a few hundred KiB. */
+static pthread_key_t body_key;
+static pthread_once_t body_once = PTHREAD_ONCE_INIT;
+
+static void body_key_free(void *b)
+{
+	dmar_tree_body_free(b);
+}
+
+static void body_key_init(void)
+{
+	pthread_key_create(&body_key, body_key_free);
+}
+
+static struct dmar_tree_body *thread_body(void)
+{
+	pthread_once(&body_once, body_key_init);
+	struct dmar_tree_body *b = pthread_getspecific(body_key);
+	if (b) {
+		dmar_tree_body_reset(b);
+		return b;
+	}
+	if (dmar_tree_body_new(&b) < 0)
+		return NULL;
+	if (pthread_setspecific(body_key, b) != 0) {
+		dmar_tree_body_free(b);
+		return NULL;
+	}
+	return b;
+}
+
 /* A small file as one tree commit: its operation and every chunk. */
 static int ship_inline(struct dmarfs_node *n, struct dmar_client *cl, const char *dest, const struct dmar_recipe *r,
 		       unsigned flags, struct dmar_xfer_stats *st, struct dmar_error *err)
 {
-	struct dmar_tree_body *b = NULL;
+	struct dmar_tree_body *b = thread_body();
 	struct dmar_tree_op *op = malloc(sizeof(*op));
 	size_t rlen = dmar_recipe_wire_size(r->n);
 	uint8_t *rb = malloc(rlen);
 	int ret = -ENOMEM;
-	if (!op || !rb || dmar_tree_body_new(&b) < 0)
+	if (!op || !rb || !b)
 		goto out;
 	dmar_recipe_write(r, rb, NULL);
 	*op = (struct dmar_tree_op){ .kind = DMAR_TREE_FILE, .flags = flags & DMAR_PUSH_NOREPLACE ? DMAR_TREE_NOREPLACE : 0,
@@ -1388,7 +1423,6 @@ static int ship_inline(struct dmarfs_node *n, struct dmar_client *cl, const char
 		ret = status;
 	st->logical = r->size;
 out:
-	dmar_tree_body_free(b);
 	free(rb);
 	free(op);
 	return ret;

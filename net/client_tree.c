@@ -17,6 +17,7 @@ struct dmar_tree_body {
 	uint32_t nchunks;
 	uint64_t zable;        /* payload bytes the probe found compressible */
 	struct dmar_zchunk *z; /* the probe */
+	ZSTD_CCtx *bz;         /* the whole body's compressor, kept across requests */
 };
 
 static int grow(uint8_t **buf, size_t *cap, size_t need)
@@ -37,7 +38,9 @@ static int grow(uint8_t **buf, size_t *cap, size_t need)
 int dmar_tree_body_new(struct dmar_tree_body **out)
 {
 	struct dmar_tree_body *b = calloc(1, sizeof(*b));
-	if (!b || dmar_zchunk_new(&b->z, 1, NULL) < 0) {
+	if (!b || dmar_zchunk_new(&b->z, 1, NULL) < 0 || !(b->bz = ZSTD_createCCtx())) {
+		if (b)
+			dmar_zchunk_free(b->z);
 		free(b);
 		return -ENOMEM;
 	}
@@ -52,6 +55,7 @@ void dmar_tree_body_free(struct dmar_tree_body *b)
 	free(b->ops);
 	free(b->chunks);
 	dmar_zchunk_free(b->z);
+	ZSTD_freeCCtx(b->bz);
 	free(b);
 }
 
@@ -104,7 +108,10 @@ int dmar_tree_body_chunk(struct dmar_tree_body *b, const struct dmar_id *id, con
 }
 
 /* The whole body as one zstd frame into *out (malloc'd), if mostly
- * compressible and it pays (compress.h's rule); 0 bytes otherwise. */
+ * compressible and it pays (compress.h's rule); 0 bytes otherwise.  The
+ * body's compressor is reset, not made anew: a new one's first frame sets
+ * up its whole workspace, which cost more than compressing a small
+ * file's body (cp -r into @PEER/ ships one body a file). */
 static size_t compress_body(const struct dmar_tree_body *b, const uint8_t *hdr, const uint8_t *bhdr, uint8_t **out)
 {
 	size_t plain = (size_t)dmar_tree_body_bytes(b);
@@ -112,12 +119,13 @@ static size_t compress_body(const struct dmar_tree_body *b, const uint8_t *hdr, 
 	/* Without chunks the body is paths and recipes: ids do not shrink. */
 	if (!b->nchunks || b->zable * 2 < (uint64_t)(b->chunks_len - (size_t)b->nchunks * DMAR_BATCH_REC_SIZE))
 		return 0;
-	ZSTD_CCtx *z = ZSTD_createCCtx();
+	ZSTD_CCtx *z = b->bz;
 	size_t cap = ZSTD_compressBound(plain);
 	uint8_t *dst = malloc(cap);
 	size_t len = 0;
-	if (!z || !dst)
-		goto fail;
+	if (!dst)
+		return 0;
+	ZSTD_CCtx_reset(z, ZSTD_reset_session_and_parameters);
 	ZSTD_CCtx_setParameter(z, ZSTD_c_compressionLevel, DMAR_BATCH_ZSTD_LEVEL);
 	ZSTD_CCtx_setPledgedSrcSize(z, plain);
 	ZSTD_outBuffer o = { dst, cap, 0 };
@@ -139,11 +147,9 @@ static size_t compress_body(const struct dmar_tree_body *b, const uint8_t *hdr, 
 	len = o.pos;
 	if (!dmar_compress_pays(plain, len))
 		goto fail;
-	ZSTD_freeCCtx(z);
 	*out = dst;
 	return len;
 fail:
-	ZSTD_freeCCtx(z);
 	free(dst);
 	return 0;
 }
