@@ -129,13 +129,14 @@ const char *cli_rate(double bytes_per_s, char *buf);
 /* A node's event stream (events.c): GET /v1/events as whole messages.
  * fn gets each one (JSON text, normally) from cli_events_open and
  * cli_events_pump; a negative return ends the pump with it.  stop (a
- * signal's flag, or NULL) ends waits with -EINTR. */
+ * signal's flag, or NULL) ends waits with -EINTR, and so does wake_fd
+ * (-1: none) becoming readable, at once: another thread's stop. */
 typedef int (*cli_event_fn)(void *ctx, const uint8_t *msg, size_t len);
 struct cli_events;
 /* Connect and upgrade within connect_ms.  0, or -errno with err (as
  * dmar_ws_client_connect's, with a hint when a token is missing). */
 int cli_events_open(struct cli_events **out, const struct cli_net *net, const struct dmar_peer *p, long connect_ms,
-		    volatile sig_atomic_t *stop, cli_event_fn fn, void *ctx, struct dmar_error *err);
+		    volatile sig_atomic_t *stop, int wake_fd, cli_event_fn fn, void *ctx, struct dmar_error *err);
 /* What arrives within ms (-1: until something does): as
  * dmar_ws_client_pump, a protocol error answered with its close. */
 int cli_events_pump(struct cli_events *e, int ms, struct dmar_error *err);

@@ -310,6 +310,7 @@ static void progress_end(struct cp_progress *p)
 
 struct bcast_follow {
 	struct cp_progress *p;
+	struct cli_net *net;
 	const struct dmar_hops *hops;
 	char upload[17];
 	size_t n;                       /* streams followed: hops 0 .. n-1 */
@@ -317,6 +318,7 @@ struct bcast_follow {
 	pthread_t th[BCAST_FOLLOW_MAX];
 	bool running[BCAST_FOLLOW_MAX];
 	volatile sig_atomic_t stop;
+	int wake[2];                    /* a byte written ends every stream's wait at once */
 	struct dmar_relay_sent got[BCAST_FOLLOW_MAX + 1]; /* by hop; under p->lock */
 	bool changed[BCAST_FOLLOW_MAX + 1];
 };
@@ -348,12 +350,30 @@ static int follow_event(void *ctx, const uint8_t *msg, size_t len)
 	return 0;
 }
 
+/* One relaying node's stream, hops[k]: opened here, so that the copy
+ * does not wait for the streams to open, and followed until stopped
+ * (-EINTR), closed or broken. */
+struct follow_arg {
+	struct bcast_follow *f;
+	size_t k;
+};
+
 static void *follow_run(void *arg)
 {
-	struct cli_events *ev = arg;
+	struct follow_arg *a = arg;
+	struct bcast_follow *f = a->f;
+	size_t k = a->k;
+	free(a);
+	const struct dmar_peer *peer = dmar_peers_find(f->net->peers, f->hops->name[k]);
+	struct dmar_error err = { 0 };
+	struct cli_events *ev = NULL;
+	if (!peer || cli_events_open(&ev, f->net, peer, BCAST_CONNECT_MS, &f->stop, f->wake[0], follow_event, f,
+				     &err) < 0)
+		return NULL;
+	f->ev[k] = ev;
 	int r;
-	do /* until stopped (-EINTR), closed, or broken */
-		r = cli_events_pump(ev, 200, NULL);
+	do
+		r = cli_events_pump(ev, 1000, NULL);
 	while ((r == 0 || r == -ETIMEDOUT) && !cli_events_closed(ev, NULL));
 	return NULL;
 }
@@ -390,15 +410,22 @@ static void bcast_follow_start(struct bcast_follow *f, struct cp_progress *p, st
 {
 	memset(f, 0, sizeof(*f));
 	f->p = p;
+	f->net = net;
 	f->hops = hops;
 	snprintf(f->upload, sizeof(f->upload), "%016" PRIx64, upload);
 	f->n = hops->n - 1 < BCAST_FOLLOW_MAX ? hops->n - 1 : BCAST_FOLLOW_MAX;
+	if (pipe2(f->wake, O_CLOEXEC) < 0) {
+		f->n = 0; /* no lines for the nodes after the first */
+		f->wake[0] = f->wake[1] = -1;
+	}
 	for (size_t i = 0; i < f->n; i++) {
-		const struct dmar_peer *peer = dmar_peers_find(net->peers, hops->name[i]);
-		struct dmar_error err = { 0 };
-		if (!peer || cli_events_open(&f->ev[i], net, peer, BCAST_CONNECT_MS, &f->stop, follow_event, f, &err) < 0)
+		struct follow_arg *a = malloc(sizeof(*a));
+		if (!a)
 			continue;
-		f->running[i] = pthread_create(&f->th[i], NULL, follow_run, f->ev[i]) == 0;
+		*a = (struct follow_arg){ f, i };
+		f->running[i] = pthread_create(&f->th[i], NULL, follow_run, a) == 0;
+		if (!f->running[i])
+			free(a);
 	}
 	p->bf = f;
 }
@@ -406,11 +433,19 @@ static void bcast_follow_start(struct bcast_follow *f, struct cp_progress *p, st
 static void bcast_follow_stop(struct bcast_follow *f)
 {
 	f->stop = 1;
-	for (size_t i = 0; i < f->n; i++) {
+	/* One byte wakes every stream's wait (it stays readable). */
+	ssize_t w = f->wake[1] >= 0 ? write(f->wake[1], "", 1) : 0;
+	(void)w; /* if not, the flag ends them within 250 ms */
+	for (size_t i = 0; i < f->n; i++)
 		if (f->running[i])
 			pthread_join(f->th[i], NULL);
-		cli_events_end(f->ev[i]); /* our close, not awaited (stop is set) */
+	for (size_t i = 0; i < f->n; i++) {
+		cli_events_end(f->ev[i]); /* our close, not awaited (the wake is readable) */
 		cli_events_free(f->ev[i]);
+	}
+	if (f->wake[0] >= 0) {
+		close(f->wake[0]);
+		close(f->wake[1]);
 	}
 	pthread_mutex_lock(&f->p->lock);
 	f->p->bf = NULL;

@@ -69,7 +69,7 @@ static int on_frame(void *arg, const struct dmar_ws_frame *f)
 }
 
 int cli_events_open(struct cli_events **out, const struct cli_net *net, const struct dmar_peer *p, long connect_ms,
-		    volatile sig_atomic_t *stop, cli_event_fn fn, void *ctx, struct dmar_error *err)
+		    volatile sig_atomic_t *stop, int wake_fd, cli_event_fn fn, void *ctx, struct dmar_error *err)
 {
 	char url[DMAR_PEER_URL_MAX], host[DMAR_PEER_URL_MAX];
 	*out = NULL;
@@ -91,6 +91,7 @@ int cli_events_open(struct cli_events **out, const struct cli_net *net, const st
 		.connect_ms = connect_ms,
 		.io_ms = connect_ms,
 		.stop = stop,
+		.wake_fd = wake_fd >= 0 ? &wake_fd : NULL,
 	};
 	int r = dmar_ws_client_connect(&e->ws, &o, on_frame, e, err);
 	if (r < 0) {

@@ -354,7 +354,7 @@ int cmd_watch(int argc, char **argv)
 
 	struct cli_events *ev = NULL;
 	struct dmar_error err = { 0 };
-	int r = cli_events_open(&ev, &net, p, WATCH_CONNECT_MS, &watch_stop, watch_event, &w, &err);
+	int r = cli_events_open(&ev, &net, p, WATCH_CONNECT_MS, &watch_stop, -1, watch_event, &w, &err);
 	while (r == 0 && !cli_events_closed(ev, NULL) && !watch_done(&w))
 		r = cli_events_pump(ev, -1, &err);
 	int status = 0, code = 0;

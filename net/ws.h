@@ -113,6 +113,10 @@ struct dmar_ws_client_opts {
 	size_t max_payload;     /* the largest frame accepted */
 	long connect_ms, io_ms; /* 0: 5000 each */
 	volatile sig_atomic_t *stop; /* set (by a signal handler): waits end with -EINTR */
+	const int *wake_fd;          /* NULL, or a descriptor whose becoming readable ends waits
+				      * with -EINTR at once (another thread's stop; a signal's
+				      * flag is seen within 250 ms, or at once where the signal
+				      * interrupts the wait) */
 };
 struct dmar_ws_client;
 /* Connect, upgrade, and check the 101 answer; fn gets each frame the

@@ -28,20 +28,25 @@ struct dmar_ws_client {
 	curl_socket_t sock;
 	struct dmar_ws_parser *parser;
 	volatile sig_atomic_t *stop;
+	int wake; /* or -1 */
 	long io_ms;
 };
 
 /* Wait until the socket is readable (or writable); 0, -ETIMEDOUT after ms
- * (-1: no limit), -EINTR when *stop was set. */
+ * (-1: no limit), -EINTR when *stop was set or the wake descriptor is
+ * readable. */
 static int wait_sock(struct dmar_ws_client *c, bool out, int ms)
 {
 	for (;;) {
 		if (c->stop && *c->stop)
 			return -EINTR;
-		struct pollfd pfd = { .fd = c->sock, .events = out ? POLLOUT : POLLIN };
+		struct pollfd pfd[2] = { { .fd = c->sock, .events = out ? POLLOUT : POLLIN },
+					 { .fd = c->wake, .events = POLLIN } };
 		/* A stop between the check and poll is seen within 250 ms. */
 		int slice = ms < 0 || ms > 250 ? 250 : ms;
-		int n = poll(&pfd, 1, slice);
+		int n = poll(pfd, c->wake >= 0 ? 2 : 1, slice);
+		if (n > 0 && c->wake >= 0 && pfd[1].revents)
+			return -EINTR;
 		if (n > 0)
 			return 0;
 		if (n < 0 && errno != EINTR)
@@ -226,6 +231,7 @@ int dmar_ws_client_connect(struct dmar_ws_client **out, const struct dmar_ws_cli
 		return dmar_error_set(err, -ENOMEM, "out of memory");
 	c->sock = CURL_SOCKET_BAD;
 	c->stop = o->stop;
+	c->wake = o->wake_fd ? *o->wake_fd : -1;
 	c->io_ms = o->io_ms > 0 ? o->io_ms : 5000;
 	if (!(c->h = curl_easy_init())) {
 		free(c);
