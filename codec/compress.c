@@ -168,7 +168,9 @@ void dmar_zmeter_compressed(struct dmar_zmeter *m, uint64_t in, uint64_t out, do
 
 bool dmar_zmeter_compress(struct dmar_zmeter *m)
 {
-	if (m->send_bps <= 0 || m->z_bps <= 0 || m->send_bps < m->z_save * m->z_bps) {
+	double n = m->streams > 1 ? m->streams : 1;
+	if (m->send_bps <= 0 || m->z_bps <= 0 ||
+	    (m->z_save >= DMAR_ZMETER_MIN_SAVE && n * m->send_bps < (n - 1 + m->z_save) * m->z_bps)) {
 		m->raw_run = 0;
 		return true;
 	}

@@ -95,23 +95,32 @@ int dmar_compress_setup(struct ZSTD_CCtx_s *c, int level, struct dmar_bytepack *
 
 /*
  * The link meter: whether compressing pays on this link, for this data.
- * Compressing a batch costs its bytes / the rate a stream compresses at,
- * and saves the bytes it removes / the rate a stream sends at; it pays
- * when send rate < saved fraction x compress rate.  A 1 Gbit/s link with
- * cores to spare compresses; a 20 Gbit/s veth on 2 shared cores does not
- * (there zstd level 1, at ~0.5 GB/s a core, is slower than the wire).
- * Both rates are per stream and in wall time, so the share of the link
- * and of the cores that the other streams take is in them.  Until both
- * are measured it says compress (a compressed batch measures both); while
- * it says raw, every DMAR_ZMETER_REFRESH-th batch compresses anyway, so a
- * change of data or of load is seen.  Plain struct: callers share one
- * across threads under their own lock.
+ * A push runs n streams side by side, each compressing a batch, then
+ * sending it.  Raw, they move L = n x (the rate a stream sends at) bytes
+ * a second, the link's rate.  Compressed, a stream spends 1 / z a byte
+ * compressing (z: the rate a stream compresses at) and (1 - s) / L
+ * sending (s: the fraction compressing removes), while the others use
+ * the link: n streams move n / (1 / z + (1 - s) / L) bytes a second, up to
+ * the link's L / (1 - s).  That beats L when z x (n - 1 + s) > L, and s is
+ * worth the cores (at least DMAR_ZMETER_MIN_SAVE).  With one stream that
+ * is send rate < s x z: compressing must be faster than sending what it
+ * saves; with more, compressing one batch overlaps sending another.  A
+ * 1 Gbit/s link with cores to spare compresses; a 20 Gbit/s veth on 2
+ * shared cores does not (there zstd level 1, at ~0.5 GB/s a core, is
+ * slower than the wire).  Both rates are per stream and in wall time, so
+ * the share of the cores the other streams take is in them.  Until both
+ * are measured it says compress (a compressed batch measures both);
+ * while it says raw, every DMAR_ZMETER_REFRESH-th batch compresses
+ * anyway, so a change of data or of load is seen.  Plain struct: callers
+ * share one across threads under their own lock, and set streams.
  */
 #define DMAR_ZMETER_REFRESH 8
+#define DMAR_ZMETER_MIN_SAVE (1.0 / 16)
 struct dmar_zmeter {
-	double send_bps; /* wire bytes a second a stream sends, moving average; 0 until measured */
-	double z_bps;    /* bytes a second a stream probes and compresses */
-	double z_save;   /* the fraction of them compressing removed */
+	double send_bps;  /* wire bytes a second a stream sends, moving average; 0 until measured */
+	double z_bps;     /* bytes a second a stream probes and compresses */
+	double z_save;    /* the fraction of them compressing removed */
+	unsigned streams; /* streams sending side by side (0 is taken as 1) */
 	unsigned raw_run; /* batches judged raw since the last compressed one */
 };
 /* A batch of wire bytes went out in seconds (the request's time). */

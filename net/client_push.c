@@ -504,6 +504,9 @@ static int push_upload(struct push *p, const uint32_t *todo, size_t n, uint64_t 
 		/* No more streams than batches could keep busy. */
 		size_t want = (n + DMAR_BATCH_CHUNKS - 1) / DMAR_BATCH_CHUNKS;
 		unsigned nt = want < ns ? (unsigned)want : ns;
+		pthread_mutex_lock(&p->e.lock);
+		p->zm.streams = nt;
+		pthread_mutex_unlock(&p->e.lock);
 		if ((r = cl_run_streams(push_stream_run, s, sizeof(*s), nt)) < 0)
 			goto out;
 		uint64_t most = 0;

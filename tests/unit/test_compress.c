@@ -232,6 +232,24 @@ static void test_zmeter(void **state)
 	dmar_zmeter_sent(&r, 8u << 20, 0.067);
 	dmar_zmeter_compressed(&r, 8u << 20, 8u << 20, 0.01);
 	assert_false(dmar_zmeter_compress(&r));
+	/* Two streams on a 1 Gbit/s link, 65 MB/s each, compressing at
+	 * 195 MB/s a stream and saving 32 %: compressing one batch while the
+	 * other stream sends beats sending raw (195 x 1.32 > 130), where one
+	 * stream alone at 130 MB/s stays raw (195 x 0.32 < 130). */
+	struct dmar_zmeter two = { .streams = 2 };
+	dmar_zmeter_sent(&two, 8u << 20, (8u << 20) / 65e6);
+	dmar_zmeter_compressed(&two, 8u << 20, (uint64_t)((8u << 20) * 0.68), (8u << 20) / 195e6);
+	for (int i = 0; i < 10; i++)
+		assert_true(dmar_zmeter_compress(&two));
+	struct dmar_zmeter one = { .streams = 1 };
+	dmar_zmeter_sent(&one, 8u << 20, (8u << 20) / 130e6);
+	dmar_zmeter_compressed(&one, 8u << 20, (uint64_t)((8u << 20) * 0.68), (8u << 20) / 195e6);
+	assert_false(dmar_zmeter_compress(&one));
+	/* Whatever the streams, a saving of nothing is not worth the cores. */
+	struct dmar_zmeter none = { .streams = 4 };
+	dmar_zmeter_sent(&none, 8u << 20, 0.267);
+	dmar_zmeter_compressed(&none, 8u << 20, (8u << 20) - 4096, 0.01);
+	assert_false(dmar_zmeter_compress(&none));
 	/* Samples of nothing or no time are ignored. */
 	struct dmar_zmeter z = { 0 };
 	dmar_zmeter_sent(&z, 0, 1);
