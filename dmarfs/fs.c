@@ -47,11 +47,18 @@ static fuse_ino_t NODEID(struct dmarfs *fs, struct inode *i)
 	return i == fs->root ? FUSE_ROOT_ID : (fuse_ino_t)(uintptr_t)i;
 }
 
-/* The entry of i, whose lookup reference the caller took for the kernel. */
+/* The entry of i, whose lookup reference the caller took for the kernel.
+ * A nodeid is the inode's address, which a later inode may get once this
+ * one is freed; the generation, its inode number (never reused within a
+ * mount), makes each (nodeid, generation) pair name one inode, as the
+ * protocol asks: a kernel that still knew the old one would see it stale
+ * (fuse_iget) instead of taking the new one for it.  The root's is the
+ * kernel's own, 0. */
 static void fill_entry(struct dmarfs *fs, struct inode *i, struct fuse_entry_param *e)
 {
 	memset(e, 0, sizeof(*e));
 	e->ino = NODEID(fs, i);
+	e->generation = i == fs->root ? 0 : i->st_ino;
 	e->attr_timeout = ATTR_TIMEOUT;
 	e->entry_timeout = ENTRY_TIMEOUT;
 	pthread_rwlock_rdlock(&i->lock);

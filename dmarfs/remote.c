@@ -619,6 +619,8 @@ static void reply_rentry(fuse_req_t req, struct dmarfs *fs, struct rinode *ri, s
 	ri->nlookup++;
 	pthread_mutex_unlock(&fs->remote->lock);
 	e.ino = rnodeid(fs, ri);
+	/* As fs.c's entries: a reused address comes with another number. */
+	e.generation = ri == fs->remote->view ? 0 : ri->st_ino;
 	e.attr_timeout = RATTR_TIMEOUT;
 	e.entry_timeout = RENTRY_TIMEOUT;
 	pthread_rwlock_rdlock(&ri->lock);

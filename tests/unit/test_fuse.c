@@ -460,6 +460,49 @@ static void test_root_listing(void **state)
 	assert_adds_up(&p->a);
 }
 
+/* The entry in the kernel's buffer after a LOOKUP, CREATE or MKDIR. */
+static struct fuse_entry_out last_entry(const struct kern *k)
+{
+	struct fuse_entry_out e;
+	memcpy(&e, k->buf, sizeof(e));
+	return e;
+}
+
+/* Each entry's generation is its inode number, so that an inode the
+ * daemon frees and a later one at the same address (its nodeid) never
+ * look the same to the kernel: a file made, removed and forgotten, and
+ * the next made, have two (nodeid, generation) pairs; so do the entries
+ * under @b/. */
+static void test_generations(void **state)
+{
+	struct pair *p = *state;
+	uint64_t fh, f = kcreate(&p->k, FUSE_ROOT_ID, "g1", &fh);
+	struct fuse_entry_out e1 = last_entry(&p->k);
+	assert_true(e1.generation != 0 && e1.generation == e1.attr.ino);
+	assert_int_equal(kclose(&p->k, f, fh), 0);
+	assert_int_equal(klookup(&p->k, FUSE_ROOT_ID, "g1", 0), f);
+	assert_true(last_entry(&p->k).generation == e1.generation);
+	assert_int_equal(KCALL(&p->k, NULL, FUSE_UNLINK, FUSE_ROOT_ID, "g1", (size_t)3), 0);
+	kforget(&p->k, f);
+	kforget(&p->k, f);
+	for (int k = 0; k < 32; k++) {
+		char name[16];
+		snprintf(name, sizeof(name), "n%d", k);
+		uint64_t g = kcreate(&p->k, FUSE_ROOT_ID, name, &fh);
+		struct fuse_entry_out e = last_entry(&p->k);
+		assert_true(e.generation == e.attr.ino);
+		assert_false(g == e1.nodeid && e.generation == e1.generation);
+		assert_int_equal(kclose(&p->k, g, fh), 0);
+	}
+	struct fuse_mkdir_in mi = { .mode = 0755 };
+	assert_int_equal(KCALL(&p->k, NULL, FUSE_MKDIR, p->at_b, &mi, sizeof(mi), "gd", (size_t)3), 0);
+	struct fuse_entry_out r = last_entry(&p->k);
+	assert_true(r.generation != 0 && r.generation == r.attr.ino);
+	kforget(&p->k, r.nodeid);
+	assert_int_equal(KCALL(&p->k, NULL, FUSE_RMDIR, p->at_b, "gd", (size_t)3), 0);
+	assert_adds_up(&p->a);
+}
+
 /* cp f MNT/@b/: the close returns b's commit, b holds the file whole. */
 static void test_ship(void **state)
 {
@@ -768,6 +811,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_root_listing, pair_setup, pair_teardown),
+		cmocka_unit_test_setup_teardown(test_generations, pair_setup, pair_teardown),
 		cmocka_unit_test_setup_teardown(test_ship, pair_setup, pair_teardown),
 		cmocka_unit_test_setup_teardown(test_ship_enospc, pair_setup, pair_teardown),
 		cmocka_unit_test_setup_teardown(test_group, pair_setup, pair_teardown),
