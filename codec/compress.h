@@ -25,6 +25,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 struct ZSTD_CCtx_s;
 struct dmar_bytepack;
