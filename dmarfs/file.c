@@ -1448,6 +1448,53 @@ fail:
 	return r2;
 }
 
+/* How far from where the walk expects it a repeated id is looked for. */
+#define COMPLETE_SLACK 64
+
+static bool prefix_is(const struct dmar_extent *e, const struct dmar_id *id, unsigned idlen)
+{
+	return e->kind == EXT_CHUNK && !memcmp(e->id.b, id->b, idlen);
+}
+
+size_t dmar_file_complete_ids(const struct dmar_file *f, struct dmar_id *ids, size_t n, unsigned idlen,
+			      uint8_t *state)
+{
+	/* j: the extent of f the next id most likely repeats; lost: ids not
+	 * found since the last one that was.  A region rewritten in place
+	 * replaces about as many chunks as it had, so after one the old ids
+	 * resume about lost extents past j; an insertion or a deletion
+	 * shifts them by a few. */
+	size_t j = 0, lost = 0, done = 0;
+	/* Comparisons left: a file that repeats nothing of f (another file
+	 * under the old name) costs a few per id, then the store's lookups
+	 * as before. */
+	size_t budget = 8 * n + 4 * COMPLETE_SLACK;
+	for (size_t k = 0; k < n && f->n && budget >= 2 * (COMPLETE_SLACK + 1); k++) {
+		size_t hit = SIZE_MAX, x;
+		for (x = j; x <= j + COMPLETE_SLACK && x < f->n && hit == SIZE_MAX; x++)
+			if (prefix_is(&f->ext[x], &ids[k], idlen))
+				hit = x;
+		budget -= x - j;
+		if (hit == SIZE_MAX && lost > COMPLETE_SLACK / 2) {
+			size_t lo = j + lost - COMPLETE_SLACK / 2, hi = j + lost + COMPLETE_SLACK / 2;
+			for (x = lo; x <= hi && x < f->n && hit == SIZE_MAX; x++)
+				if (prefix_is(&f->ext[x], &ids[k], idlen))
+					hit = x;
+			budget -= x > lo ? x - lo : 0;
+		}
+		if (hit == SIZE_MAX) {
+			lost++;
+			continue;
+		}
+		ids[k] = f->ext[hit].id;
+		state[k] = 0;
+		done++;
+		j = hit + 1;
+		lost = 0;
+	}
+	return done;
+}
+
 int dmar_fsctx_chunk_wire(struct dmar_fsctx *c, const struct dmar_id *id, struct dmar_wire_chunk *w, uint8_t **buf)
 {
 	struct dmar_chunk_info info;

@@ -255,6 +255,19 @@ size_t dmar_file_extent_bytes(size_t n);
 int dmar_file_from_recipe(struct dmar_file *f, struct dmar_fsctx *c, const struct dmar_recipe *r,
 			  struct dmar_id **missing, size_t *nmissing);
 /*
+ * Complete ids known by their first idlen bytes (a short recipe's, in
+ * order) from f's chunks, where f has that prefix at about the same place
+ * in its own order: a new version of a file repeats the old one's ids but
+ * for the rewritten regions, so this is a walk along both with a little
+ * slack, not a lookup per id.  Completed: ids[k] the full id, state[k] =
+ * 0; the others are left as they are.  Returns how many were completed.
+ * A prefix completed here to another chunk than the sender meant is
+ * caught where every completion is: the recipe id no longer matches.
+ * f locked (shared is enough).
+ */
+size_t dmar_file_complete_ids(const struct dmar_file *f, struct dmar_id *ids, size_t n, unsigned idlen,
+			      uint8_t *state);
+/*
  * Content ids (net/wire.h: the SHA-256 of a recipe's entries).  A mount's
  * index (c->index) maps the content ids it has seen to the extent tables
  * that hold them, so that a peer's commit of content this node holds

@@ -711,12 +711,48 @@ static int op_have(void *ctx, const struct dmar_id *ids, size_t cnt, uint8_t *mi
 	return 0;
 }
 
-static int op_resolve(void *ctx, struct dmar_id *ids, size_t cnt, unsigned idlen, uint8_t *state,
-		      struct dmar_error *err)
+static int hold_file(struct dmarfs *fs, const char *path, struct inode **out, struct dmar_error *err);
+
+/* The ids the file at path completes (a new version of it: most of
+ * them, in order), then the store the rest, which costs a lookup each. */
+static int op_resolve(void *ctx, const char *path, struct dmar_id *ids, size_t cnt, unsigned idlen,
+		      uint8_t *state, struct dmar_error *err)
 {
 	struct dmarfs_node *n = ctx;
-	int r = dmar_store_resolve_many(CTX(n)->arena, ids, cnt, idlen, state);
-	return r < 0 ? dmar_error_set(err, r, "id prefix of %u bytes", idlen) : 0;
+	if (idlen < DMAR_STORE_PREFIX_MIN || idlen > DMAR_HASH_SIZE)
+		return dmar_error_set(err, -EINVAL, "id prefix of %u bytes", idlen);
+	struct inode *i;
+	struct dmar_error ignored = { 0 };
+	size_t done = 0;
+	memset(state, 1, cnt);
+	if (hold_file(n->fs, path, &i, &ignored) == 0) {
+		pthread_rwlock_rdlock(&i->lock);
+		done = dmar_file_complete_ids(&i->f, ids, cnt, idlen, state);
+		pthread_rwlock_unlock(&i->lock);
+		unhold(n->fs, i);
+	}
+	if (done == cnt)
+		return 0;
+	if (done == 0)
+		return dmar_store_resolve_many(CTX(n)->arena, ids, cnt, idlen, state);
+	size_t left = cnt - done, k = 0;
+	struct dmar_id *rest = malloc(left * sizeof(*rest));
+	uint8_t *rstate = malloc(left);
+	int r = -ENOMEM;
+	if (rest && rstate) {
+		for (size_t x = 0; x < cnt; x++)
+			if (state[x])
+				rest[k++] = ids[x];
+		r = dmar_store_resolve_many(CTX(n)->arena, rest, left, idlen, rstate);
+		for (size_t x = 0, y = 0; r == 0 && x < cnt; x++)
+			if (state[x]) {
+				ids[x] = rest[y];
+				state[x] = rstate[y++];
+			}
+	}
+	free(rest);
+	free(rstate);
+	return r;
 }
 
 static int op_put_chunk(void *ctx, const struct dmar_wire_chunk *c, const uint8_t *decoded,

@@ -95,10 +95,11 @@ struct dmar_node_ops {
 	/* PUT /v1/files/PATH with a short recipe: complete each of the n ids,
 	 * known by their first idlen bytes (8..32; the rest zero), from the
 	 * chunks the node holds: state[i] = 0 and ids[i] the full id when one
-	 * chunk has that prefix, 1 when none has, 2 when several have.  The
-	 * server then checks the completed recipe against its id and commits
-	 * it through commit. */
-	int (*resolve)(void *ctx, struct dmar_id *ids, size_t n, unsigned idlen, uint8_t *state,
+	 * chunk has that prefix, 1 when none has, 2 when several have.  path
+	 * is the file the commit makes, which may already hold most of them
+	 * in the same order (a new version).  The server then checks the
+	 * completed recipe against its id and commits it through commit. */
+	int (*resolve)(void *ctx, const char *path, struct dmar_id *ids, size_t n, unsigned idlen, uint8_t *state,
 		       struct dmar_error *err);
 	/* GET /v1/recipes/PATH: *buf = malloc'd recipe bytes (dmar_recipe_write)
 	 * of the regular file at path, *len its size. */

@@ -147,7 +147,7 @@ static int short_complete(struct req *q, struct dmar_recipe *rc, const struct dm
 	int r = -ENOMEM;
 	if (!ids || !state || !bits)
 		goto out;
-	if (k && (r = q->s->ops->resolve(q->s->ctx, ids, k, idlen, state, &q->err)) < 0)
+	if (k && (r = q->s->ops->resolve(q->s->ctx, q->path, ids, k, idlen, state, &q->err)) < 0)
 		goto out;
 	k = 0;
 	for (size_t i = 0; i < rc->n; i++) {

@@ -113,7 +113,7 @@ static int f_commit(void *ctx, const char *path, const struct dmar_recipe *r, co
 	return *out ? 0 : -ENOMEM;
 }
 
-static int f_resolve(void *ctx, struct dmar_id *ids, size_t n, unsigned idlen, uint8_t *state, struct dmar_error *err)
+static int f_resolve(void *ctx, const char *path, struct dmar_id *ids, size_t n, unsigned idlen, uint8_t *state, struct dmar_error *err)
 {
 	for (size_t i = 0; i < n; i++)
 		state[i] = ids[i].b[0] % 3;

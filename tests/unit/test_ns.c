@@ -695,6 +695,94 @@ static void test_idle(void **state)
 	mnt_drop(&m);
 }
 
+/* A short recipe's ids completed from the file they are a new version
+ * of: rewritten, inserted and deleted entries, and a rewritten region
+ * longer than the walk's slack, after which it finds its way back. */
+static void test_complete_ids(void **state)
+{
+	(void)state;
+	struct mnt m;
+	mnt_open(&m, "complete", true);
+	struct dmarfs *fs = m.fs;
+	enum { SIZE = 16 << 20 };
+	uint8_t *buf = malloc(SIZE);
+	assert_non_null(buf);
+	fill_random(buf, SIZE, 26);
+	struct inode *f = make(&m, fs->root, "f", S_IFREG | 0644, NULL);
+	put(&m, f, 0, buf, SIZE, false);
+	assert_int_equal(ns_encode(fs, f, &fs->cfg.ctx, 3), 0);
+	struct dmar_recipe rc;
+	pthread_rwlock_rdlock(&f->lock);
+	assert_int_equal(dmar_file_recipe(&f->f, &rc), 0);
+	pthread_rwlock_unlock(&f->lock);
+	size_t n = 0;
+	struct dmar_id *old = dmar_recipe_chunk_ids(&rc, &n);
+	assert_non_null(old);
+	assert_true(n > 1200); /* 8 KiB chunks on average */
+
+	/* The new version: entry 10 rewritten, 50..52 gone, two new ones
+	 * before 100, 150..249 rewritten in place (100 > the slack). */
+	struct dmar_id *want = calloc(n + 2, sizeof(*want)), *ids = calloc(n + 2, sizeof(*ids));
+	bool *fresh = calloc(n + 2, sizeof(*fresh));
+	assert_true(want && ids && fresh);
+	size_t k = 0;
+	uint64_t seed = 7;
+	for (size_t i = 0; i < n; i++) {
+		if (i >= 50 && i < 53)
+			continue;
+		if (i == 100)
+			for (int x = 0; x < 2; x++) {
+				fill_random(want[k].b, DMAR_HASH_SIZE, xorshift64(&seed));
+				fresh[k++] = true;
+			}
+		if (i == 10 || (i >= 150 && i < 250)) {
+			fill_random(want[k].b, DMAR_HASH_SIZE, xorshift64(&seed));
+			fresh[k++] = true;
+		} else {
+			want[k++] = old[i];
+		}
+	}
+	size_t olds = 0;
+	for (size_t i = 0; i < k; i++) {
+		memcpy(ids[i].b, want[i].b, 8);
+		olds += !fresh[i];
+	}
+	uint8_t *st = malloc(k);
+	assert_non_null(st);
+	memset(st, 1, k);
+	pthread_rwlock_rdlock(&f->lock);
+	size_t done = dmar_file_complete_ids(&f->f, ids, k, 8, st);
+	pthread_rwlock_unlock(&f->lock);
+	assert_int_equal(done, olds);
+	for (size_t i = 0; i < k; i++) {
+		assert_int_equal(st[i], fresh[i] ? 1 : 0);
+		if (!fresh[i])
+			assert_memory_equal(ids[i].b, want[i].b, DMAR_HASH_SIZE);
+		else
+			assert_memory_equal(ids[i].b, want[i].b, 8); /* untouched */
+	}
+
+	/* Nothing of f: nothing completed, every state left as it was. */
+	for (size_t i = 0; i < k; i++)
+		fill_random(ids[i].b, 8, xorshift64(&seed));
+	memset(st, 1, k);
+	pthread_rwlock_rdlock(&f->lock);
+	assert_int_equal(dmar_file_complete_ids(&f->f, ids, k, 8, st), 0);
+	pthread_rwlock_unlock(&f->lock);
+	for (size_t i = 0; i < k; i++)
+		assert_int_equal(st[i], 1);
+
+	free(st);
+	free(fresh);
+	free(ids);
+	free(want);
+	free(old);
+	dmar_recipe_free(&rc);
+	free(buf);
+	assert_adds_up(&m);
+	mnt_drop(&m);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -702,6 +790,7 @@ int main(void)
 		cmocka_unit_test(test_replay),
 		cmocka_unit_test(test_refused),
 		cmocka_unit_test(test_idle),
+		cmocka_unit_test(test_complete_ids),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -190,7 +190,7 @@ static int fake_have(void *ctx, const struct dmar_id *ids, size_t n, uint8_t *mi
 	return 0;
 }
 
-static int fake_resolve(void *ctx, struct dmar_id *ids, size_t n, unsigned idlen, uint8_t *state,
+static int fake_resolve(void *ctx, const char *path, struct dmar_id *ids, size_t n, unsigned idlen, uint8_t *state,
 			struct dmar_error *err)
 {
 	pthread_mutex_lock(&F.lock);
