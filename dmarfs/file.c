@@ -1365,6 +1365,10 @@ size_t dmar_file_extent_bytes(size_t n)
 	return n * sizeof(struct dmar_extent);
 }
 
+/* Recipe entries referenced in one batch by dmar_file_from_recipe: the
+ * references of a 10^5-entry recipe need no table of its size. */
+#define FROM_RECIPE_BLOCK 1024
+
 int dmar_file_from_recipe(struct dmar_file *f, struct dmar_fsctx *c, const struct dmar_recipe *r,
 			  struct dmar_id **missing, size_t *nmissing)
 {
@@ -1372,57 +1376,62 @@ int dmar_file_from_recipe(struct dmar_file *f, struct dmar_fsctx *c, const struc
 		return -EFBIG;
 	struct dmar_file nf;
 	dmar_file_init(&nf);
-	struct dmar_id *miss = NULL, *ids = NULL;
-	struct dmar_chunk_info *info = NULL;
-	size_t nmiss = 0, capmiss = 0, nids = 0;
+	struct dmar_id *miss = NULL;
+	size_t nmiss = 0, capmiss = 0;
 	int r2 = 0;
 	if (r->n && (r2 = reserve(&nf, r->n)) < 0)
 		return r2;
-	/* Every chunk referenced first, in one batch, then looked at: a
-	 * payload cannot move while we hold its reference. */
-	ids = dmar_recipe_chunk_ids(r, &nids);
-	info = malloc((r->n ? r->n : 1) * sizeof(*info));
+	struct dmar_id *ids = malloc(FROM_RECIPE_BLOCK * sizeof(*ids));
+	struct dmar_chunk_info *info = malloc(FROM_RECIPE_BLOCK * sizeof(*info));
 	if (!ids || !info) {
 		free(ids);
 		free(info);
 		free(nf.ext);
 		return -ENOMEM;
 	}
-	dmar_store_ref_many(c->arena, ids, nids, info);
-	size_t k = 0;
-	for (size_t i = 0; i < r->n; i++) {
-		const struct dmar_recipe_entry *e = &r->e[i];
-		struct dmar_extent x = { .off = nf.size, .len = e->len, .kind = EXT_HOLE };
-		if (e->kind == DMAR_RECIPE_CHUNK) {
-			const struct dmar_chunk_info *ci = &info[k++];
-			if (!ci->refs) {
-				if ((r2 = add_missing(&miss, &nmiss, &capmiss, &e->id)) < 0)
+	/* Block by block, every chunk of a block referenced first, in one
+	 * batch, then looked at: a payload cannot move while we hold its
+	 * reference. */
+	for (size_t b = 0; b < r->n && r2 == 0; b += FROM_RECIPE_BLOCK) {
+		size_t end = r->n - b < FROM_RECIPE_BLOCK ? r->n : b + FROM_RECIPE_BLOCK, nids = 0, k = 0;
+		for (size_t i = b; i < end; i++)
+			if (r->e[i].kind == DMAR_RECIPE_CHUNK)
+				ids[nids++] = r->e[i].id;
+		dmar_store_ref_many(c->arena, ids, nids, info);
+		for (size_t i = b; i < end; i++) {
+			const struct dmar_recipe_entry *e = &r->e[i];
+			struct dmar_extent x = { .off = nf.size, .len = e->len, .kind = EXT_HOLE };
+			if (e->kind == DMAR_RECIPE_CHUNK) {
+				const struct dmar_chunk_info *ci = &info[k++];
+				if (!ci->refs) {
+					if ((r2 = add_missing(&miss, &nmiss, &capmiss, &e->id)) < 0)
+						break;
+					nf.size += e->len;
+					continue;
+				}
+				if ((uint64_t)e->skip + e->len > ci->len) {
+					dmar_store_unref(c->arena, &e->id);
+					r2 = -EINVAL;
 					break;
-				nf.size += e->len;
-				continue;
+				}
+				x = (struct dmar_extent){ .off = nf.size, .len = e->len, .kind = EXT_CHUNK, .enc = ci->enc,
+							  .skip = e->skip, .clen = ci->len, .stored = ci->stored_len,
+							  .aoff = ci->off, .id = e->id };
 			}
-			if ((uint64_t)e->skip + e->len > ci->len) {
-				dmar_store_unref(c->arena, &e->id);
-				r2 = -EINVAL;
-				break;
-			}
-			x = (struct dmar_extent){ .off = nf.size, .len = e->len, .kind = EXT_CHUNK, .enc = ci->enc,
-						  .skip = e->skip, .clen = ci->len, .stored = ci->stored_len,
-						  .aoff = ci->off, .id = e->id };
+			nf.ext[nf.n++] = x;
+			nf.size += e->len;
 		}
-		nf.ext[nf.n++] = x;
-		nf.size += e->len;
+		if (r2 < 0) {
+			/* The block's references beyond where the walk stopped. */
+			size_t left = 0;
+			for (size_t j = k; j < nids; j++)
+				if (info[j].refs)
+					ids[left++] = ids[j];
+			dmar_store_unref_many(c->arena, ids, left);
+		}
 	}
-	if (r2 < 0) {
-		/* The references taken beyond where the walk stopped. */
-		size_t left = 0;
-		for (size_t j = k; j < nids; j++)
-			if (info[j].refs)
-				ids[left++] = ids[j];
-		dmar_store_unref_many(c->arena, ids, left);
-	} else if (nmiss) {
+	if (r2 == 0 && nmiss)
 		r2 = -ENODATA;
-	}
 	free(ids);
 	free(info);
 	if (r2 < 0)
