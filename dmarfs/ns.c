@@ -213,6 +213,7 @@ int dmarfs_new(struct dmarfs **out, const struct dmarfs_config *cfg)
 	pthread_rwlock_init(&fs->busy, &ra);
 	pthread_rwlockattr_destroy(&ra);
 	pthread_mutex_init(&fs->ns, NULL);
+	pthread_mutex_init(&fs->rec_mu, NULL);
 	pthread_cond_init(&fs->idle_cond, NULL);
 	fs->root = ns_inode_new(fs, NS_ROOT_INO, S_IFDIR | (cfg->root_mode & 07777), cfg->root_uid, cfg->root_gid);
 	if (!fs->root) {
@@ -276,6 +277,8 @@ void dmarfs_free(struct dmarfs *fs)
 		inode_destroy(fs, fs->all);
 	pthread_cond_destroy(&fs->idle_cond);
 	pthread_mutex_destroy(&fs->ns);
+	pthread_mutex_destroy(&fs->rec_mu);
+	free(fs->rec_spare);
 	pthread_rwlock_destroy(&fs->ckpt);
 	pthread_rwlock_destroy(&fs->busy);
 	dmar_content_index_free(fs->own_index); /* every file is gone */

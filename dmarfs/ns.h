@@ -133,6 +133,12 @@ struct dmarfs {
 	 * the first failure to record, for the log (protected by ns). */
 	uint64_t ckpt_bytes;
 	int record_err;
+	/* persist.c: the buffer of the last big record, kept for the next
+	 * (a commit's of a 1 GiB file is 2 MiB, which fresh pages would cost
+	 * more than writing it).  Protected by rec_mu. */
+	pthread_mutex_t rec_mu;
+	uint8_t *rec_spare;
+	size_t rec_spare_cap;
 	bool forget_warned; /* a FORGET of more lookups than counted was logged */
 	bool replaying;       /* persist.c's attach: contents hold nothing yet */
 	struct {

@@ -160,6 +160,14 @@ static void *rec_grow(struct rec *r, size_t n)
 	return p;
 }
 
+/* Make room for n more bytes without writing them. */
+static void rec_reserve(struct rec *r, size_t n)
+{
+	size_t at = r->n;
+	if (rec_grow(r, n))
+		r->n = at;
+}
+
 static void rec_put(struct rec *r, const void *p, size_t n)
 {
 	void *d = rec_grow(r, n);
@@ -214,6 +222,36 @@ static int rec_flush(struct dmarfs *fs, struct rec *r, bool must)
 static void rec_free(struct rec *r)
 {
 	free(r->b);
+}
+
+/* A record that may be big (a file's contents) starts with the kept
+ * buffer, and its buffer is kept after (the bigger of the two, up to
+ * REC_KEEP_MAX). */
+#define REC_KEEP_MAX (FLUSH_AT + (8u << 20))
+
+static void rec_take(struct dmarfs *fs, struct rec *r)
+{
+	pthread_mutex_lock(&fs->rec_mu);
+	r->b = fs->rec_spare;
+	r->cap = fs->rec_spare_cap;
+	fs->rec_spare = NULL;
+	fs->rec_spare_cap = 0;
+	pthread_mutex_unlock(&fs->rec_mu);
+}
+
+static void rec_keep(struct dmarfs *fs, struct rec *r)
+{
+	if (r->cap <= REC_KEEP_MAX) {
+		pthread_mutex_lock(&fs->rec_mu);
+		if (r->cap > fs->rec_spare_cap) {
+			uint8_t *b = fs->rec_spare;
+			fs->rec_spare = r->b;
+			fs->rec_spare_cap = r->cap;
+			r->b = b;
+		}
+		pthread_mutex_unlock(&fs->rec_mu);
+	}
+	rec_free(r);
 }
 
 /* ---- building operations ----------------------------------------------- */
@@ -287,10 +325,19 @@ static int put_contents(struct dmarfs *fs, struct rec *r, const struct inode *i,
 			size_t take = n - done < EXTS_PER_OP ? n - done : EXTS_PER_OP;
 			struct dmar_rext x;
 			uint64_t plo = lo, len = 0;
-			for (size_t j = 0; j < take; j++) {
-				dmar_file_sync_ext(&i->f, first + done + j, &x);
-				len += x.len;
+			/* The range's last operation ends where the range does. */
+			if (done + take == n) {
+				len = hi - lo;
+			} else {
+				for (size_t j = 0; j < take; j++) {
+					dmar_file_sync_ext(&i->f, first + done + j, &x);
+					len += x.len;
+				}
 			}
+			/* Room for the operation at once: a 1 GiB file's 2 MiB
+			 * would be reached by ten doublings, each a copy. */
+			rec_reserve(r, sizeof(struct op_hdr) + sizeof(struct op_content) +
+					       take * (sizeof(struct op_ext) + sizeof(struct op_chunk)) + 8);
 			struct op_content o = base;
 			o.lo = plo;
 			o.hi = plo + len;
@@ -396,6 +443,7 @@ int persist_commit(struct dmarfs *fs, struct inode *d, const char *name, struct 
 		return 0;
 	struct rec r = { 0 };
 	struct dmar_file_sync *s = NULL;
+	rec_take(fs, &r);
 	pthread_rwlock_wrlock(&i->lock);
 	int e = dmar_file_sync_begin(&i->f, &fs->cfg.ctx, true, &s);
 	if (!e) {
@@ -409,7 +457,7 @@ int persist_commit(struct dmarfs *fs, struct inode *d, const char *name, struct 
 	if (s)
 		dmar_file_sync_end(&i->f, &fs->cfg.ctx, s, e == 0);
 	pthread_rwlock_unlock(&i->lock);
-	rec_free(&r);
+	rec_keep(fs, &r);
 	return e;
 }
 
@@ -449,13 +497,14 @@ int persist_sync_locked(struct dmarfs *fs, struct inode *i)
 	if (e < 0)
 		return e;
 	struct rec r = { 0 };
+	rec_take(fs, &r);
 	e = put_contents(fs, &r, i, s, false);
 	if (!e)
 		e = rec_flush(fs, &r, false);
 	/* Pieces flushed before a failure are in the journal, but the state
 	 * they describe is not whole there: nothing is dropped. */
 	dmar_file_sync_end(&i->f, &fs->cfg.ctx, s, e == 0);
-	rec_free(&r);
+	rec_keep(fs, &r);
 	return e;
 }
 
