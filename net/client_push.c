@@ -774,6 +774,9 @@ int dmar_client_push(struct dmar_client *c, const char *path, const struct dmar_
 	 * refusal, which the relay completes, says which. */
 	if (!p.relay)
 		ntodo = predict_todo(&p, todo);
+	/* Predicted and not refused: the cache had every chunk but the ones
+	 * sent, and only those need adding at the end. */
+	size_t npredicted = ntodo;
 	for (int attempt = 0;;) {
 		pthread_mutex_lock(&p.e.lock);
 		for (size_t i = 0; i < ntodo; i++)
@@ -796,7 +799,11 @@ int dmar_client_push(struct dmar_client *c, const char *path, const struct dmar_
 		ret = cl_commit_one(c, path, &cq, &ans, &t, &status, &cerr);
 		ask_content = false;
 		if (ret == 0) {
-			dmar_idcache_add(c->held, p.e.set.ids, p.e.set.n);
+			if (npredicted)
+				for (size_t i = 0; i < npredicted; i++)
+					dmar_idcache_add(c->held, &p.e.set.ids[todo[i]], 1);
+			else
+				dmar_idcache_add(c->held, p.e.set.ids, p.e.set.n);
 			if (answer)
 				*answer = ans;
 			else
@@ -817,6 +824,7 @@ int dmar_client_push(struct dmar_client *c, const char *path, const struct dmar_
 			goto out;
 		}
 		attempt++;
+		npredicted = 0; /* todo is the refusal's list from here on */
 		if (use_short && json_string_value(json_object_get(ans, "resend"))) {
 			use_short = false;
 			json_decref(ans);
