@@ -116,6 +116,7 @@ struct dmar_xtab {
 	uint64_t size;
 	/* protected by tab_mu: */
 	bool published;          /* cid is its content id */
+	bool sent;               /* that content went to a peer or came from one */
 	struct dmar_id cid;
 	struct dmar_content_index *index; /* the index it is in, or NULL */
 	struct dmar_xtab *next;  /* that index's chain */
@@ -297,19 +298,22 @@ static int own(struct dmar_file *f, struct dmar_fsctx *c)
 	return 0;
 }
 
-bool dmar_file_content_known(const struct dmar_file *f, struct dmar_id *cid)
+bool dmar_file_content_known(const struct dmar_file *f, struct dmar_id *cid, bool *sent)
 {
 	bool known = false;
 	if (!f->tab)
 		return false;
 	pthread_mutex_lock(&tab_mu);
-	if ((known = f->tab->published))
+	if ((known = f->tab->published)) {
 		*cid = f->tab->cid;
+		if (sent)
+			*sent = f->tab->sent;
+	}
 	pthread_mutex_unlock(&tab_mu);
 	return known;
 }
 
-int dmar_file_publish(struct dmar_file *f, struct dmar_fsctx *c, const struct dmar_id *cid)
+int dmar_file_publish(struct dmar_file *f, struct dmar_fsctx *c, const struct dmar_id *cid, bool sent)
 {
 	struct dmar_xtab *t;
 	int r = tab_of(f, &t);
@@ -323,6 +327,7 @@ int dmar_file_publish(struct dmar_file *f, struct dmar_fsctx *c, const struct dm
 		if (c->index && !index_find(c->index, cid, t->size))
 			index_add(c->index, t);
 	}
+	t->sent |= sent;
 	pthread_mutex_unlock(&tab_mu);
 	return 0;
 }
@@ -330,11 +335,13 @@ int dmar_file_publish(struct dmar_file *f, struct dmar_fsctx *c, const struct dm
 int dmar_file_content_id(struct dmar_file *f, struct dmar_fsctx *c, const struct dmar_recipe *r,
 			 struct dmar_id *cid, bool *known)
 {
-	if ((*known = dmar_file_content_known(f, cid)))
-		return 0;
-	int e = dmar_recipe_ids(r, NULL, cid);
-	if (e == 0)
-		(void)dmar_file_publish(f, c, cid); /* an optimisation: may fail */
+	bool sent = false;
+	int e = 0;
+	if (!dmar_file_content_known(f, cid, &sent))
+		e = dmar_recipe_ids(r, NULL, cid);
+	*known = sent;
+	if (e == 0 && !sent)
+		(void)dmar_file_publish(f, c, cid, true); /* an optimisation: may fail */
 	return e;
 }
 

@@ -279,17 +279,20 @@ size_t dmar_file_complete_ids(const struct dmar_file *f, struct dmar_id *ids, si
 struct dmar_content_index *dmar_content_index_new(void); /* NULL on ENOMEM */
 /* Every table must be gone (every file cleared) first. */
 void dmar_content_index_free(struct dmar_content_index *x);
-/* f's content id if it is known (f shares a published table). */
-bool dmar_file_content_known(const struct dmar_file *f, struct dmar_id *cid);
+/* f's content id if it is known (f shares a published table); *sent (may
+ * be NULL) whether that content was shipped or received. */
+bool dmar_file_content_known(const struct dmar_file *f, struct dmar_id *cid, bool *sent);
 /* Record that f (all chunks and holes, as after dmar_file_from_recipe or
  * a successful dmar_file_recipe; the caller holds f exclusively) has
  * content id cid, the one its recipe gives: f's extents become a shared
- * table, in c->index under cid unless another table is there.  0, -EAGAIN
- * (RAW extents), -ENOMEM. */
-int dmar_file_publish(struct dmar_file *f, struct dmar_fsctx *c, const struct dmar_id *cid);
-/* f's content id: the known one (*known true), else computed from r, f's
- * recipe, and published on f (the caller holds f exclusively) so that
- * the next ship of f or of a copy of it knows it.  0 or -ENOMEM. */
+ * table, in c->index under cid unless another table is there.  sent: the
+ * content is shipped or was received (a peer likely holds it), rather
+ * than named where it was encoded.  0, -EAGAIN (RAW extents), -ENOMEM. */
+int dmar_file_publish(struct dmar_file *f, struct dmar_fsctx *c, const struct dmar_id *cid, bool sent);
+/* f's content id for a ship of f: the known one, else computed from r,
+ * f's recipe; published on f as sent (the caller holds f exclusively), so
+ * that the next ship of f or of a copy of it knows a peer may hold it.
+ * *known: it was sent before.  0 or -ENOMEM. */
 int dmar_file_content_id(struct dmar_file *f, struct dmar_fsctx *c, const struct dmar_recipe *r,
 			 struct dmar_id *cid, bool *known);
 /* Replace f's contents by those of the published table with content id

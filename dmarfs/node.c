@@ -830,7 +830,7 @@ static int make_file(struct dmarfs_node *n, const char *path, const struct dmar_
 		r = dmar_file_from_recipe(&i->f, &fs->cfg.ctx, rc, &miss, &nmiss);
 		/* Publishing is an optimisation: a failure leaves it out. */
 		if (!r && cid)
-			(void)dmar_file_publish(&i->f, &fs->cfg.ctx, cid);
+			(void)dmar_file_publish(&i->f, &fs->cfg.ctx, cid, true);
 	}
 	i->mtime = (struct timespec){ .tv_sec = rc->mtime_sec, .tv_nsec = rc->mtime_nsec };
 	pthread_rwlock_unlock(&i->lock);

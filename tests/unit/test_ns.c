@@ -783,6 +783,56 @@ static void test_complete_ids(void **state)
 	mnt_drop(&m);
 }
 
+/* A big file encoded whole has its content id (not yet sent); a ship
+ * (dmar_file_content_id) finds it without hashing and marks it sent. */
+static void test_named_at_encode(void **state)
+{
+	(void)state;
+	struct mnt m;
+	mnt_open(&m, "named", true);
+	struct dmarfs *fs = m.fs;
+	enum { BIG = 6 << 20, SMALL = 1 << 20 };
+	uint8_t *buf = malloc(BIG);
+	assert_non_null(buf);
+	fill_random(buf, BIG, 27);
+	struct inode *big = make(&m, fs->root, "big", S_IFREG | 0644, NULL);
+	struct inode *small = make(&m, fs->root, "small", S_IFREG | 0644, NULL);
+	put(&m, big, 0, buf, BIG, false);
+	put(&m, small, 0, buf, SMALL, false);
+	assert_int_equal(ns_encode(fs, big, &fs->cfg.ctx, 3), 0);
+	assert_int_equal(ns_encode(fs, small, &fs->cfg.ctx, 3), 0);
+	struct dmar_id cid, want;
+	bool sent = true, known = true;
+	pthread_rwlock_wrlock(&small->lock);
+	assert_false(dmar_file_content_known(&small->f, &cid, &sent));
+	pthread_rwlock_unlock(&small->lock);
+
+	struct dmar_recipe rc;
+	pthread_rwlock_wrlock(&big->lock);
+	assert_true(dmar_file_content_known(&big->f, &cid, &sent));
+	assert_false(sent);
+	assert_int_equal(dmar_file_recipe(&big->f, &rc), 0);
+	assert_int_equal(dmar_recipe_ids(&rc, NULL, &want), 0);
+	assert_memory_equal(cid.b, want.b, DMAR_HASH_SIZE);
+	memset(&cid, 0, sizeof(cid));
+	assert_int_equal(dmar_file_content_id(&big->f, &fs->cfg.ctx, &rc, &cid, &known), 0);
+	assert_false(known); /* named here, never sent */
+	assert_memory_equal(cid.b, want.b, DMAR_HASH_SIZE);
+	assert_int_equal(dmar_file_content_id(&big->f, &fs->cfg.ctx, &rc, &cid, &known), 0);
+	assert_true(known);
+	pthread_rwlock_unlock(&big->lock);
+	dmar_recipe_free(&rc);
+
+	/* A write unnames it. */
+	put(&m, big, 100, "x", 1, false);
+	pthread_rwlock_rdlock(&big->lock);
+	assert_false(dmar_file_content_known(&big->f, &cid, NULL));
+	pthread_rwlock_unlock(&big->lock);
+	free(buf);
+	assert_adds_up(&m);
+	mnt_drop(&m);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -791,6 +841,7 @@ int main(void)
 		cmocka_unit_test(test_refused),
 		cmocka_unit_test(test_idle),
 		cmocka_unit_test(test_complete_ids),
+		cmocka_unit_test(test_named_at_encode),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
