@@ -441,3 +441,277 @@ void dmar_recipe_free(struct dmar_recipe *r)
 	r->e = NULL;
 	r->n = 0;
 }
+
+/* ---- recipe deltas ------------------------------------------------------ */
+
+static bool entry_eq(const struct dmar_recipe_entry *a, const struct dmar_recipe_entry *b)
+{
+	if (a->kind != b->kind || a->len != b->len)
+		return false;
+	return a->kind == DMAR_RECIPE_HOLE || (a->skip == b->skip && !memcmp(a->id.b, b->id.b, DMAR_HASH_SIZE));
+}
+
+/* How far (entries, each way) a differing run is looked past for the
+ * entries to agree again. */
+#define DELTA_SLACK 32
+
+struct delta_buf {
+	uint8_t *b;
+	size_t n, cap;
+	uint32_t nedits;
+	size_t ins;
+};
+
+static uint8_t *delta_grow(struct delta_buf *o, size_t n)
+{
+	if (o->n + n > o->cap) {
+		size_t cap = o->cap ? o->cap : 4096;
+		while (cap < o->n + n)
+			cap *= 2;
+		uint8_t *b = realloc(o->b, cap);
+		if (!b)
+			return NULL;
+		o->b = b;
+		o->cap = cap;
+	}
+	uint8_t *p = o->b + o->n;
+	o->n += n;
+	return p;
+}
+
+static int delta_edit(struct delta_buf *o, const struct dmar_recipe *r, size_t at, size_t del, size_t k, size_t ins)
+{
+	uint8_t *p = delta_grow(o, DMAR_RECIPE_DELTA_EDIT_SIZE + ins * DMAR_RECIPE_ENTRY_SIZE);
+	if (!p)
+		return -ENOMEM;
+	dmar_put_le32(p, (uint32_t)at);
+	dmar_put_le32(p + 4, (uint32_t)del);
+	dmar_put_le32(p + 8, (uint32_t)ins);
+	dmar_put_le32(p + 12, 0);
+	for (size_t j = 0; j < ins; j++)
+		entry_write(&r->e[k + j], p + DMAR_RECIPE_DELTA_EDIT_SIZE + j * DMAR_RECIPE_ENTRY_SIZE);
+	o->nedits++;
+	o->ins += ins;
+	return 0;
+}
+
+int dmar_recipe_delta_make(const struct dmar_recipe *base, const struct dmar_id *base_cid,
+			   const struct dmar_recipe *r, size_t max_ins, uint8_t **out, size_t *len)
+{
+	struct delta_buf o = { 0 };
+	if (!delta_grow(&o, DMAR_RECIPE_DELTA_HDR_SIZE))
+		return -ENOMEM;
+	size_t i = 0, k = 0, bn = base->n, n = r->n;
+	/* Comparisons left: a file unlike its base gives up soon (-E2BIG). */
+	size_t budget = 16 * (n + bn) + 4 * DELTA_SLACK * DELTA_SLACK;
+	int rc = 0;
+	while (rc == 0 && (i < bn || k < n)) {
+		if (i < bn && k < n && entry_eq(&base->e[i], &r->e[k])) {
+			i++;
+			k++;
+			continue;
+		}
+		/* The nearest place where they agree again: di base entries
+		 * dropped, dk new ones put in, di + dk smallest. */
+		size_t di = 0, dk = 0;
+		bool found = false;
+		for (size_t s = 1; s <= 2 * DELTA_SLACK && !found && budget; s++)
+			for (size_t x = s > DELTA_SLACK ? s - DELTA_SLACK : 0; x <= s && x <= DELTA_SLACK && !found; x++) {
+				size_t y = s - x;
+				budget -= budget > 0;
+				if (i + y < bn && k + x < n && entry_eq(&base->e[i + y], &r->e[k + x])) {
+					di = y;
+					dk = x;
+					found = true;
+				}
+			}
+		/* A longer rewritten region: the old entries resume about as
+		 * far into the base as the new ones are into r. */
+		for (size_t x = DELTA_SLACK + 1; !found && k + x < n && budget; x++) {
+			size_t lo = i + x > i + DELTA_SLACK / 2 ? i + x - DELTA_SLACK / 2 : i;
+			for (size_t y = lo; y <= i + x + DELTA_SLACK / 2 && y < bn && !found; y++) {
+				budget -= budget > 0;
+				if (entry_eq(&base->e[y], &r->e[k + x])) {
+					di = y - i;
+					dk = x;
+					found = true;
+				}
+			}
+		}
+		if (!found) {
+			di = bn - i;
+			dk = n - k;
+		}
+		rc = delta_edit(&o, r, i, di, k, dk);
+		if (rc == 0 && o.ins > max_ins)
+			rc = -E2BIG;
+		i += di;
+		k += dk;
+	}
+	if (rc < 0) {
+		free(o.b);
+		return rc;
+	}
+	uint8_t *h = o.b, head[DMAR_RECIPE_HDR_SIZE];
+	head_write(r, n, head);
+	memset(h, 0, DMAR_RECIPE_DELTA_HDR_SIZE);
+	memcpy(h, DMAR_RECIPE_DELTA_MAGIC, 4);
+	dmar_put_le16(h + 4, DMAR_RECIPE_VERSION);
+	memcpy(h + 8, head + 8, 40);
+	memcpy(h + 48, base_cid->b, DMAR_HASH_SIZE);
+	dmar_put_le32(h + 80, (uint32_t)bn);
+	dmar_put_le32(h + 84, o.nedits);
+	uint8_t *t = delta_grow(&o, DMAR_RECIPE_TRAILER_SIZE);
+	if (!t) {
+		free(o.b);
+		return -ENOMEM;
+	}
+	struct dmar_id sum;
+	dmar_hash(o.b, o.n - DMAR_RECIPE_TRAILER_SIZE, &sum);
+	memcpy(t, sum.b, DMAR_HASH_SIZE);
+	*out = o.b;
+	*len = o.n;
+	return 0;
+}
+
+static void entry_read(const uint8_t *p, struct dmar_recipe_entry *e)
+{
+	memcpy(e->id.b, p, DMAR_HASH_SIZE);
+	e->len = dmar_get_le64(p + 32);
+	e->skip = dmar_get_le32(p + 40);
+	e->kind = dmar_get_le32(p + 44);
+}
+
+int dmar_recipe_delta_parse(const void *buf, size_t len, struct dmar_recipe_delta *d, struct dmar_error *err)
+{
+	const uint8_t *b = buf;
+	if (len < DMAR_RECIPE_DELTA_HDR_SIZE + DMAR_RECIPE_TRAILER_SIZE)
+		return dmar_error_set(err, -EBADMSG, "recipe delta: truncated: %zu bytes, a delta has at least %d",
+				      len, DMAR_RECIPE_DELTA_HDR_SIZE + DMAR_RECIPE_TRAILER_SIZE);
+	if (memcmp(b, DMAR_RECIPE_DELTA_MAGIC, 4) != 0)
+		return dmar_error_set(err, -EBADMSG, "recipe delta: bad magic (not a dmar recipe delta)");
+	if (dmar_get_le16(b + 4) != DMAR_RECIPE_VERSION)
+		return dmar_error_set(err, -EBADMSG, "recipe delta: unsupported version %u (this build reads %d)",
+				      dmar_get_le16(b + 4), DMAR_RECIPE_VERSION);
+	if (dmar_get_le16(b + 6) != 0 || dmar_get_le64(b + 88) != 0)
+		return dmar_error_set(err, -EBADMSG, "recipe delta: unknown flags or nonzero reserved header fields");
+	struct dmar_recipe h = { 0 };
+	uint32_t n;
+	int rc = header_parse(b, "recipe delta", &h, &n, err);
+	if (rc < 0)
+		return rc;
+	struct dmar_id sum;
+	dmar_hash(b, len - DMAR_RECIPE_TRAILER_SIZE, &sum);
+	if (memcmp(sum.b, b + len - DMAR_RECIPE_TRAILER_SIZE, DMAR_HASH_SIZE) != 0)
+		return dmar_error_set(err, -EBADMSG, "recipe delta: checksum mismatch (corrupt or truncated)");
+	uint32_t bn = dmar_get_le32(b + 80), m = dmar_get_le32(b + 84);
+	if (bn > DMAR_RECIPE_MAX_ENTRIES)
+		return dmar_error_set(err, -EBADMSG, "recipe delta: base of %u entries, the limit is %u", bn,
+				      DMAR_RECIPE_MAX_ENTRIES);
+	/* First the layout, against the bytes present: nothing is allocated
+	 * for edits or entries that are not there. */
+	const uint8_t *p = b + DMAR_RECIPE_DELTA_HDR_SIZE, *end = b + len - DMAR_RECIPE_TRAILER_SIZE;
+	uint64_t pos = 0, kept = bn, ne = 0;
+	for (uint32_t j = 0; j < m; j++) {
+		if ((size_t)(end - p) < DMAR_RECIPE_DELTA_EDIT_SIZE)
+			return dmar_error_set(err, -EBADMSG, "recipe delta: truncated at edit %u of %u", j, m);
+		uint64_t at = dmar_get_le32(p), del = dmar_get_le32(p + 4), ins = dmar_get_le32(p + 8);
+		if (dmar_get_le32(p + 12) != 0)
+			return dmar_error_set(err, -EBADMSG, "recipe delta: edit %u: nonzero reserved field", j);
+		if (at < pos || (!del && !ins))
+			return dmar_error_set(err, -EBADMSG, "recipe delta: edit %u: out of order or overlapping", j);
+		if (at + del > bn)
+			return dmar_error_set(err, -EBADMSG, "recipe delta: edit %u: past the base's %u entries", j, bn);
+		p += DMAR_RECIPE_DELTA_EDIT_SIZE;
+		if (ins > (uint64_t)(end - p) / DMAR_RECIPE_ENTRY_SIZE)
+			return dmar_error_set(err, -EBADMSG, "recipe delta: edit %u: truncated in its entries", j);
+		p += ins * DMAR_RECIPE_ENTRY_SIZE;
+		pos = at + del;
+		kept -= del;
+		ne += ins;
+	}
+	if (p != end)
+		return dmar_error_set(err, -EBADMSG, "recipe delta: trailing bytes after edit %u", m);
+	if (kept + ne != n)
+		return dmar_error_set(err, -EBADMSG, "recipe delta: the edits make %" PRIu64 " entries, the header says %u",
+				      kept + ne, n);
+	struct dmar_recipe_edit *ed = malloc((m ? m : 1) * sizeof(*ed));
+	struct dmar_recipe_entry *e = malloc((ne ? ne : 1) * sizeof(*e));
+	if (!ed || !e) {
+		free(ed);
+		free(e);
+		return -ENOMEM;
+	}
+	p = b + DMAR_RECIPE_DELTA_HDR_SIZE;
+	size_t k = 0;
+	for (uint32_t j = 0; j < m; j++) {
+		ed[j] = (struct dmar_recipe_edit){ .at = dmar_get_le32(p), .del = dmar_get_le32(p + 4),
+						   .ins = dmar_get_le32(p + 8), .first = (uint32_t)k };
+		p += DMAR_RECIPE_DELTA_EDIT_SIZE;
+		for (uint32_t x = 0; x < ed[j].ins; x++, k++, p += DMAR_RECIPE_ENTRY_SIZE) {
+			entry_read(p, &e[k]);
+			const char *bad = entry_bad(&e[k], h.size, 0);
+			if (!bad && e[k].kind == DMAR_RECIPE_HOLE && (e[k].skip || !all_zero(p, DMAR_HASH_SIZE)))
+				bad = "hole with an id or skip";
+			if (bad) {
+				free(ed);
+				free(e);
+				return dmar_error_set(err, -EBADMSG, "recipe delta: edit %u, entry %u: %s", j, x, bad);
+			}
+		}
+	}
+	h.n = n;
+	h.e = NULL;
+	*d = (struct dmar_recipe_delta){ .head = h, .base_n = bn, .m = m, .edits = ed, .e = e, .ne = (size_t)ne };
+	memcpy(d->base.b, b + 48, DMAR_HASH_SIZE);
+	return 0;
+}
+
+int dmar_recipe_delta_apply(const struct dmar_recipe_delta *d, const struct dmar_recipe *base, struct dmar_recipe *r,
+			    struct dmar_error *err)
+{
+	if (base->n != d->base_n)
+		return dmar_error_set(err, -EBADMSG, "recipe delta: the base has %zu entries, the delta says %u",
+				      base->n, d->base_n);
+	size_t n = d->head.n, k = 0, pos = 0;
+	struct dmar_recipe_entry *e = malloc((n ? n : 1) * sizeof(*e));
+	if (!e)
+		return -ENOMEM;
+	/* parse checked the counts: the pieces make exactly n */
+	for (uint32_t j = 0; j < d->m; j++) {
+		const struct dmar_recipe_edit *x = &d->edits[j];
+		memcpy(e + k, base->e + pos, (x->at - pos) * sizeof(*e));
+		k += x->at - pos;
+		memcpy(e + k, d->e + x->first, x->ins * sizeof(*e));
+		k += x->ins;
+		pos = (size_t)x->at + x->del;
+	}
+	memcpy(e + k, base->e + pos, (base->n - pos) * sizeof(*e));
+	uint64_t total = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (e[i].len > d->head.size - total) {
+			free(e);
+			return dmar_error_set(err, -EBADMSG, "recipe delta: entries add up to more than the size %" PRIu64,
+					      d->head.size);
+		}
+		total += e[i].len;
+	}
+	if (total != d->head.size) {
+		free(e);
+		return dmar_error_set(err, -EBADMSG, "recipe delta: entries cover %" PRIu64 " bytes, size says %" PRIu64,
+				      total, d->head.size);
+	}
+	*r = d->head;
+	r->e = e;
+	return 0;
+}
+
+void dmar_recipe_delta_free(struct dmar_recipe_delta *d)
+{
+	if (!d)
+		return;
+	free(d->edits);
+	free(d->e);
+	d->edits = NULL;
+	d->e = NULL;
+}

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * fuzz_recipe - dmar_recipe_parse and dmar_recipe_short_parse on arbitrary
- * bytes, and round trips.
+ * fuzz_recipe - dmar_recipe_parse, dmar_recipe_short_parse and
+ * dmar_recipe_delta_parse on arbitrary bytes, and round trips.
  *
  * The input is parsed as it is, then again with its trailer recomputed
  * (a fuzzer cannot forge SHA-256, so without the second parse it would
@@ -11,7 +11,9 @@
  * encoding each: whatever parses writes back to the same bytes too.  The
  * header-only parse (X-Dmar-Content commits) must refuse with a message
  * or agree with the full parse, and the recipe id must follow from the
- * header and the content id.
+ * header and the content id.  A delta that parses is applied to a base of
+ * its base's length; what that gives, made into a delta against the same
+ * base again, must parse and apply to the same recipe.
  */
 #include "config.h"
 
@@ -142,10 +144,78 @@ static void check_short(const uint8_t *b, size_t len)
 	dmar_recipe_free(&r);
 }
 
+/* A base of n entries for a delta: chunks of 1000 bytes, every fourth
+ * a hole. */
+static struct dmar_recipe_entry *base_entries(size_t n, uint64_t *size)
+{
+	struct dmar_recipe_entry *e = calloc(n ? n : 1, sizeof(*e));
+	if (!e)
+		die("out of memory");
+	*size = 0;
+	for (size_t i = 0; i < n; i++) {
+		e[i].len = 1000;
+		e[i].kind = i % 4 == 3 ? DMAR_RECIPE_HOLE : DMAR_RECIPE_CHUNK;
+		if (e[i].kind == DMAR_RECIPE_CHUNK)
+			memcpy(e[i].id.b, &i, sizeof(i));
+		*size += 1000;
+	}
+	return e;
+}
+
+static void check_delta(const uint8_t *b, size_t len)
+{
+	struct dmar_recipe_delta d;
+	struct dmar_error err = { 0 };
+	int rc = dmar_recipe_delta_parse(b, len, &d, &err);
+	if (rc == -ENOMEM)
+		return;
+	if (rc < 0) {
+		if (rc != -EBADMSG || err.code != rc || !err.msg[0])
+			die("delta: refused without -EBADMSG and a message");
+		return;
+	}
+	if (d.base_n > 100000) { /* a base that size is only memory here */
+		dmar_recipe_delta_free(&d);
+		return;
+	}
+	struct dmar_recipe base = { 0 }, r, r2;
+	base.n = d.base_n;
+	base.e = base_entries(base.n, &base.size);
+	memset(&err, 0, sizeof(err));
+	rc = dmar_recipe_delta_apply(&d, &base, &r, &err);
+	if (rc < 0 && rc != -ENOMEM && (rc != -EBADMSG || err.code != rc || !err.msg[0]))
+		die("delta: apply refused without -EBADMSG and a message");
+	if (rc == 0) {
+		uint64_t total = 0;
+		for (size_t i = 0; i < r.n; i++)
+			total += r.e[i].len;
+		if (r.n != d.head.n || total != r.size)
+			die("delta: applied recipe does not add up");
+		uint8_t *out = NULL;
+		size_t olen = 0;
+		struct dmar_recipe_delta d2;
+		if (dmar_recipe_delta_make(&base, &d.base, &r, r.n, &out, &olen) == 0) {
+			if (dmar_recipe_delta_parse(out, olen, &d2, &err) != 0)
+				die("delta: make(apply(x)) does not parse");
+			if (dmar_recipe_delta_apply(&d2, &base, &r2, &err) != 0)
+				die("delta: make(apply(x)) does not apply");
+			if (r2.n != r.n || r2.size != r.size || memcmp(r2.e, r.e, r.n * sizeof(*r.e)) != 0)
+				die("delta: apply(make(r)) != r");
+			dmar_recipe_free(&r2);
+			dmar_recipe_delta_free(&d2);
+			free(out);
+		}
+		dmar_recipe_free(&r);
+	}
+	free(base.e);
+	dmar_recipe_delta_free(&d);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	check(data, size);
 	check_short(data, size);
+	check_delta(data, size);
 	if (size < DMAR_RECIPE_TRAILER_SIZE)
 		return 0;
 	uint8_t *b = malloc(size);
@@ -163,6 +233,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		memcpy(b + size - DMAR_RECIPE_TRAILER_SIZE, sum.b, DMAR_HASH_SIZE);
 		check(b, size);
 	}
+	/* A delta's trailer: SHA-256 of every byte before it. */
+	struct dmar_id dsum;
+	dmar_hash(b, size - DMAR_RECIPE_TRAILER_SIZE, &dsum);
+	memcpy(b + size - DMAR_RECIPE_TRAILER_SIZE, dsum.b, DMAR_HASH_SIZE);
+	check_delta(b, size);
 	free(b);
 	return 0;
 }

@@ -525,6 +525,83 @@ static void gen_short(struct dmar_recipe *r, struct dmar_recipe_entry *e)
 	put_short("bad-short-trailing", c, len + 1);
 }
 
+static void put_delta(const char *name, const uint8_t *b, size_t len)
+{
+	struct dmar_recipe_delta d;
+	struct dmar_error err = { 0 };
+	int rc = dmar_recipe_delta_parse(b, len, &d, &err);
+	if ((rc == 0) == is_bad(name))
+		fz_die(name, rc ? err.msg : "a bad recipe delta parses");
+	if (rc == 0)
+		dmar_recipe_delta_free(&d);
+	put("recipe", name, b, len);
+}
+
+/* Recipe deltas against the base fuzz_recipe.c applies them to (60
+ * entries of 1000 bytes, chunks named by their index, every fourth a
+ * hole), and damaged copies. */
+static void gen_delta(void)
+{
+	static struct dmar_recipe_entry be[60], ne[70];
+	struct dmar_recipe base = { .n = 60, .e = be }, r = { .mode = 0600, .mtime_sec = 1700000001, .e = ne };
+	for (size_t i = 0; i < 60; i++) {
+		memset(&be[i], 0, sizeof(be[i]));
+		be[i].len = 1000;
+		be[i].kind = i % 4 == 3 ? DMAR_RECIPE_HOLE : DMAR_RECIPE_CHUNK;
+		if (be[i].kind == DMAR_RECIPE_CHUNK)
+			memcpy(be[i].id.b, &i, sizeof(i));
+		base.size += 1000;
+	}
+	/* entry 5 rewritten, 10..12 gone, two new ones before 30, a hole
+	 * grown at the end */
+	for (size_t i = 0; i < 60; i++) {
+		if (i >= 10 && i < 13)
+			continue;
+		if (i == 30)
+			for (int x = 0; x < 2; x++) {
+				ne[r.n] = (struct dmar_recipe_entry){ .len = 2000, .skip = 7 };
+				dmar_hash(&x, sizeof(x), &ne[r.n].id);
+				r.size += ne[r.n++].len;
+			}
+		ne[r.n] = be[i];
+		if (i == 5)
+			dmar_hash("five", 4, &ne[r.n].id);
+		if (i == 59)
+			ne[r.n].len = 5000;
+		r.size += ne[r.n++].len;
+	}
+	struct dmar_id cid;
+	dmar_hash("base", 4, &cid);
+	uint8_t *b = NULL;
+	size_t len = 0;
+	if (dmar_recipe_delta_make(&base, &cid, &r, r.n, &b, &len) < 0)
+		fz_die("delta", "cannot make");
+	put_delta("delta-edits", b, len);
+	static uint8_t c[4096];
+	if (len + 1 > sizeof(c))
+		fz_die("delta", "too big");
+	struct {
+		const char *name;
+		size_t off;
+		uint8_t v;
+	} cases[] = {
+		{ "bad-delta-magic", 0, 'x' },      { "bad-delta-flags", 6, 1 },
+		{ "bad-delta-base-n", 80, 61 },     { "bad-delta-edits", 84, 9 },
+		{ "bad-delta-edit-at", 96, 200 },   { "bad-delta-edit-reserved", 108, 1 },
+	};
+	for (size_t k = 0; k < sizeof(cases) / sizeof(*cases); k++) {
+		memcpy(c, b, len);
+		c[cases[k].off] = cases[k].v;
+		reseal(c, len);
+		put_delta(cases[k].name, c, len);
+	}
+	memcpy(c, b, len);
+	c[100] ^= 1;
+	put_delta("bad-delta-checksum", c, len);
+	put_delta("bad-delta-truncated", b, len - 1);
+	free(b);
+}
+
 static void gen_recipe(void)
 {
 	static struct dmar_recipe_entry e[300];
@@ -634,6 +711,7 @@ static void gen_recipe(void)
 	dmar_recipe_write(&r, b, NULL);
 	put_recipe("many", b, len);
 	gen_short(&r, e);
+	gen_delta();
 }
 
 /* A batch seed: 3 option bytes (fuzz_batch.c), then the body. */

@@ -399,6 +399,99 @@ static void short_refused(const uint8_t *b, size_t len, const char *what)
 	assert_msg_contains(&err, what);
 }
 
+/* A recipe of n entries: chunks with ids from seed, every 50th a hole. */
+static void delta_recipe(struct dmar_recipe *r, size_t n, uint64_t seed)
+{
+	memset(r, 0, sizeof(*r));
+	r->mode = 0640;
+	r->mtime_sec = 1700000002;
+	r->e = calloc(n + 3200, sizeof(*r->e)); /* room for a new version of 3000 */
+	assert_non_null(r->e);
+	for (size_t i = 0; i < n; i++) {
+		struct dmar_recipe_entry *e = &r->e[r->n++];
+		e->len = 30000 + i % 7;
+		e->kind = i % 50 == 49 ? DMAR_RECIPE_HOLE : DMAR_RECIPE_CHUNK;
+		if (e->kind == DMAR_RECIPE_CHUNK)
+			fill_random(e->id.b, DMAR_HASH_SIZE, seed + i);
+		r->size += e->len;
+	}
+}
+
+/* A new version: base's entries with regions rewritten, deleted and
+ * inserted, and one rewritten region longer than the delta's slack;
+ * made, parsed and applied, it gives the new version back. */
+static void test_delta_roundtrip(void **state)
+{
+	(void)state;
+	struct dmar_recipe base, r, got;
+	delta_recipe(&base, 3000, 1);
+	delta_recipe(&r, 0, 0);
+	uint64_t s = 99;
+	size_t fresh = 0;
+	for (size_t i = 0; i < base.n; i++) {
+		if (i >= 700 && i < 705)
+			continue; /* deleted */
+		struct dmar_recipe_entry e = base.e[i];
+		if (e.kind == DMAR_RECIPE_CHUNK && (i % 200 == 17 || (i >= 2000 && i < 2150))) { /* rewritten */
+			fill_random(e.id.b, DMAR_HASH_SIZE, xorshift64(&s));
+			fresh++;
+		}
+		if (i == 1500) { /* two inserted */
+			for (int x = 0; x < 2; x++) {
+				struct dmar_recipe_entry n = { .len = 1234, .skip = 10, .kind = DMAR_RECIPE_CHUNK };
+				fill_random(n.id.b, DMAR_HASH_SIZE, xorshift64(&s));
+				r.e[r.n++] = n;
+				r.size += n.len;
+				fresh++;
+			}
+		}
+		r.e[r.n++] = e;
+		r.size += e.len;
+	}
+	struct dmar_id cid;
+	fill_random(cid.b, DMAR_HASH_SIZE, 5);
+	uint8_t *b = NULL;
+	size_t len = 0;
+	assert_int_equal(dmar_recipe_delta_make(&base, &cid, &r, r.n / 4, &b, &len), 0);
+	/* about the new entries' bytes, nothing like a recipe's */
+	assert_true(len < (fresh + 40) * DMAR_RECIPE_ENTRY_SIZE);
+	struct dmar_recipe_delta d;
+	struct dmar_error err = { 0 };
+	assert_int_equal(dmar_recipe_delta_parse(b, len, &d, &err), 0);
+	assert_memory_equal(d.base.b, cid.b, DMAR_HASH_SIZE);
+	assert_int_equal(d.base_n, base.n);
+	assert_int_equal(dmar_recipe_delta_apply(&d, &base, &got, &err), 0);
+	assert_int_equal(got.n, r.n);
+	assert_int_equal(got.size, r.size);
+	assert_int_equal(got.mode, r.mode);
+	assert_true(got.mtime_sec == r.mtime_sec);
+	assert_memory_equal(got.e, r.e, r.n * sizeof(*r.e));
+	dmar_recipe_free(&got);
+
+	/* Applied to another base, it is refused with a message. */
+	base.n--;
+	memset(&err, 0, sizeof(err));
+	assert_int_equal(dmar_recipe_delta_apply(&d, &base, &got, &err), -EBADMSG);
+	assert_non_null(strstr(err.msg, "base"));
+	base.n++;
+	dmar_recipe_delta_free(&d);
+
+	/* A corrupt byte: the checksum says so. */
+	b[DMAR_RECIPE_DELTA_HDR_SIZE + 1] ^= 4;
+	memset(&err, 0, sizeof(err));
+	assert_int_equal(dmar_recipe_delta_parse(b, len, &d, &err), -EBADMSG);
+	assert_non_null(strstr(err.msg, "checksum"));
+	free(b);
+
+	/* Nothing in common: more new entries than allowed. */
+	struct dmar_recipe other;
+	delta_recipe(&other, 3000, 777777);
+	assert_int_equal(dmar_recipe_delta_make(&base, &cid, &other, 3000 / 4, &b, &len), -E2BIG);
+	dmar_recipe_free(&other);
+	dmar_recipe_free(&r);
+	dmar_recipe_free(&base);
+}
+
 static void test_short_rejects(void **state)
 {
 	struct dmar_recipe r;
@@ -1501,6 +1594,7 @@ int main(void)
 		cmocka_unit_test(test_recipe_lengths),
 		cmocka_unit_test(test_short_roundtrip),
 		cmocka_unit_test(test_short_rejects),
+		cmocka_unit_test(test_delta_roundtrip),
 		cmocka_unit_test(test_batch_whole),
 		cmocka_unit_test(test_batch_bytewise),
 		cmocka_unit_test(test_batch_every_split),
