@@ -26,6 +26,7 @@
 #include <zstd.h>
 
 #include "fs_i.h"
+#include "idle.h"
 #include "node.h"
 #include "codec/idset.h"
 #include "net/peers.h"
@@ -104,7 +105,7 @@ struct dmarfs_node {
 	uint64_t xfer_logical, xfer_wire; /* bytes of the transfers that ended, done or failed */
 	struct dmar_hist xfer_eff, xfer_wspeed; /* their speeds, bytes/s (GET /metrics) */
 	/* files committed here: from a recipe, from content held (clone) */
-	_Atomic uint64_t commits_recipe, commits_content;
+	_Atomic uint64_t commits_recipe, commits_content, commits_delta;
 	json_t *xfer_last;
 	/* GET /v1/mesh: the last probe of the peers and when it ended
 	 * (mono_ms), under mesh_lock, which is held for a probe. */
@@ -241,10 +242,18 @@ static void stage_add(struct dmarfs_node *n, const struct dmar_id *id, uint64_t 
 		dmar_store_unref(CTX(n)->arena, id); /* no memory to track it: not held */
 }
 
-/* A commit took its own references: the stages of its chunks go. */
-static void stage_release(struct dmarfs_node *n, const struct dmar_recipe *r)
+/* A commit took its own references: the stages of its chunks go.  Those
+ * its transfer uploaded (upload, its X-Dmar-Upload) are found in one walk
+ * of the table, far cheaper than a lookup per entry of a big recipe (1 ms
+ * for 29,000) when a few were uploaded; without one, each entry's. */
+static void stage_release(struct dmarfs_node *n, const struct dmar_recipe *r, uint64_t upload)
 {
 	pthread_mutex_lock(&n->stage_lock);
+	if (upload && r->n > STAGE_BUCKETS / 16) {
+		stage_sweep(n, 0, 0, upload);
+		pthread_mutex_unlock(&n->stage_lock);
+		return;
+	}
 	for (size_t i = 0; i < r->n && n->nstaged; i++) {
 		if (r->e[i].kind != DMAR_RECIPE_CHUNK)
 			continue;
@@ -450,8 +459,9 @@ static int op_info(void *ctx, json_t **out, struct dmar_error *err)
 		json_object_set_new(*out, "relay", dmar_relay_info(n->relay));
 	if (*out)
 		json_object_set_new(*out, "commits",
-				    json_pack("{s:I, s:I}", "recipe", (json_int_t)atomic_load(&n->commits_recipe),
-					      "content", (json_int_t)atomic_load(&n->commits_content)));
+				    json_pack("{s:I, s:I, s:I}", "recipe", (json_int_t)atomic_load(&n->commits_recipe),
+					      "content", (json_int_t)atomic_load(&n->commits_content), "delta",
+					      (json_int_t)atomic_load(&n->commits_delta)));
 	return *out ? 0 : -ENOMEM;
 }
 
@@ -515,6 +525,7 @@ static void op_metrics(void *ctx, struct dmar_prom *p)
 		       "a file held, by its content id)");
 	dmar_prom_sample(p, "dmar_commits_total", "kind=\"recipe\"", (double)atomic_load(&n->commits_recipe));
 	dmar_prom_sample(p, "dmar_commits_total", "kind=\"content\"", (double)atomic_load(&n->commits_content));
+	dmar_prom_sample(p, "dmar_commits_total", "kind=\"delta\"", (double)atomic_load(&n->commits_delta));
 }
 
 static int op_stat(void *ctx, const char *path, json_t **out, struct dmar_error *err)
@@ -790,6 +801,42 @@ static json_t *missing_json(const struct dmar_id *m, size_t nm)
 	return json_pack("{s:I, s:o}", "missing_count", (json_int_t)nm, "missing", list ? list : json_array());
 }
 
+/* The recipe of the file at path when its content is cid (a delta's
+ * base).  A file not named yet (written here, or committed from a delta)
+ * is named now, once. */
+static int op_base(void *ctx, const char *path, const struct dmar_id *cid, struct dmar_recipe *out,
+		   struct dmar_error *err)
+{
+	struct dmarfs_node *n = ctx;
+	struct dmarfs *fs = n->fs;
+	struct inode *i;
+	int r = hold_file(fs, path, &i, err);
+	if (r < 0)
+		return r;
+	struct dmar_id have;
+	pthread_rwlock_rdlock(&i->lock);
+	uint64_t gen = i->f.gen;
+	bool known = dmar_file_content_known(&i->f, &have, NULL);
+	r = dmar_file_recipe(&i->f, out);
+	pthread_rwlock_unlock(&i->lock);
+	if (r == 0 && !known && (r = dmar_recipe_ids(out, NULL, &have)) == 0) {
+		pthread_rwlock_wrlock(&i->lock);
+		if (i->f.gen == gen)
+			(void)dmar_file_publish(&i->f, &fs->cfg.ctx, &have, false);
+		pthread_rwlock_unlock(&i->lock);
+	}
+	unhold(fs, i);
+	if (r == -EAGAIN) /* written since, not encoded yet: not the base */
+		return dmar_error_set(err, -ESTALE, "%s changed here", path);
+	if (r < 0)
+		return r;
+	if (memcmp(have.b, cid->b, DMAR_HASH_SIZE) != 0) {
+		dmar_recipe_free(out);
+		return dmar_error_set(err, -ESTALE, "%s holds other content", path);
+	}
+	return 0;
+}
+
 /* Make the file at path from rc's entries and publish it under cid, or
  * (from_content: rc is a header without entries) from the content the
  * mount holds under cid. */
@@ -853,23 +900,25 @@ static int make_file(struct dmarfs_node *n, const char *path, const struct dmar_
 		*out = stat_json(fs, i, leaf, 1, true);
 		pthread_rwlock_unlock(&i->lock);
 	}
+	/* Made from a delta, it has no content id yet: the idle thread names
+	 * it (ns_encode) as it does a file written here, a few seconds on,
+	 * before the next delta likely needs it as its base.  Named at once,
+	 * the hash ran beside this commit's reply and slowed it by 1 ms. */
+	if (!r && !from_content && !cid)
+		idle_note_write(fs, i, idle_now());
 	unhold(fs, i); /* unlinked on failure: freed here */
 	fuse_ino_t parent = nodeid(fs, d);
 	unhold(fs, d);
-	/* Committed, its chunks are the file's; refused for want of room,
-	 * the sender gives up, and they would only hold the arena. */
-	if (!from_content && (!r || r == -ENOSPC))
-		stage_release(n, rc);
 	if (r < 0)
 		return r;
-	atomic_fetch_add(from_content ? &n->commits_content : &n->commits_recipe, 1);
+	/* Only a recipe delta's result comes without a content id. */
+	atomic_fetch_add(from_content ? &n->commits_content : cid ? &n->commits_recipe : &n->commits_delta, 1);
 	inval(fs, parent, leaf);
 	return 0;
 }
 
 static int take_recipe(struct dmarfs *fs, struct inode *i, struct dmar_recipe *rc, struct dmar_id *cid,
 		       bool *known);
-static int hold_file(struct dmarfs *fs, const char *path, struct inode **out, struct dmar_error *err);
 static int src_get(void *ctx, const struct dmar_id *id, uint32_t len, struct dmar_wire_chunk *c);
 static void src_put(void *ctx, struct dmar_wire_chunk *c);
 
@@ -963,6 +1012,10 @@ static int op_commit(void *ctx, const char *path, const struct dmar_recipe *rc, 
 	 * next node would find this commit's file there and be refused. */
 	bool beside = relaying && !noreplace && pthread_create(&j.th, NULL, relay_run, &j) == 0;
 	int r = make_file(n, path, rc, cid, false, noreplace, out, err);
+	/* Committed, its chunks are the file's; refused for want of room,
+	 * the sender gives up, and they would only hold the arena. */
+	if (!r || r == -ENOSPC)
+		stage_release(n, rc, t->upload);
 	if (relaying) {
 		if (beside)
 			pthread_join(j.th, NULL);
@@ -1138,7 +1191,8 @@ static int op_transfer(void *ctx, const char *path, const char *to, const char *
 		return r;
 	struct dmar_xfer_stats st;
 	json_t *nodes = NULL;
-	r = dmarfs_node_ship(n, to, path, dest, &rc, &cid, known ? DMAR_PUSH_CONTENT_FIRST : 0, &st, &nodes, err);
+	r = dmarfs_node_ship(n, to, path, dest, &rc, &cid, known ? DMAR_PUSH_CONTENT_FIRST : 0, &st, &nodes, NULL, NULL,
+			     err);
 	dmarfs_node_unpin(CTX(n), &rc);
 	dmar_recipe_free(&rc);
 	if (r < 0 && nodes) {
@@ -1205,6 +1259,7 @@ static const struct dmar_node_ops node_ops = {
 	.resolve = op_resolve,
 	.put_chunk = op_put_chunk,
 	.commit = op_commit,
+	.base = op_base,
 	.clone = op_clone,
 	.recipe = op_recipe,
 	.get_chunk = op_get_chunk,
@@ -1486,7 +1541,8 @@ int dmarfs_node_hops(struct dmarfs_node *n, const char *to, struct dmar_hops *h,
 
 int dmarfs_node_ship(struct dmarfs_node *n, const char *to, const char *src, const char *dest,
 		     const struct dmar_recipe *r, const struct dmar_id *cid, unsigned flags, struct dmar_xfer_stats *st,
-		     json_t **nodes, struct dmar_error *err)
+		     json_t **nodes, const struct dmar_recipe *base,
+		     const struct dmar_id *base_cid, struct dmar_error *err)
 {
 	memset(st, 0, sizeof(*st));
 	struct dmar_hops *h = malloc(sizeof(*h));
@@ -1522,7 +1578,7 @@ int dmarfs_node_ship(struct dmarfs_node *n, const char *to, const char *src, con
 		if (r->size <= SHIP_INLINE_MAX && !(flags & DMAR_PUSH_CONTENT_FIRST) &&
 		    (rc = ship_inline(n, cl, dest, r, flags, st, &terr)) != -ENOENT && rc != -ENOTSUP && err)
 			*err = terr;
-		struct dmar_push_opts o = { .flags = flags };
+		struct dmar_push_opts o = { .flags = flags, .base = base, .base_cid = base_cid };
 		if (rc == -ENOENT || rc == -ENOTSUP)
 			rc = dmar_client_push(cl, dest, r, cid, &cs, &o, p.base ? on_progress : NULL, &p, st, err);
 	}

@@ -82,11 +82,14 @@ size_t dmarfs_node_swarm(struct dmarfs_node *n, const char *origin, struct dmar_
  * (a broadcast: the first failure, err naming every node that failed).
  * *nodes (may be NULL): a broadcast's per-node results (dmar_chain_push),
  * else NULL.  cid: r's content id if the caller knows it (NULL:
- * computed); flags: dmar_client_push's.
+ * computed); flags: dmar_client_push's.  base, base_cid (may be NULL):
+ * the recipe a single peer holds at dest and its content id, when the
+ * caller knows them (dmar_push_opts).
  */
 int dmarfs_node_ship(struct dmarfs_node *n, const char *to, const char *src, const char *dest,
 		     const struct dmar_recipe *r, const struct dmar_id *cid, unsigned flags, struct dmar_xfer_stats *st,
-		     json_t **nodes, struct dmar_error *err);
+		     json_t **nodes, const struct dmar_recipe *base,
+		     const struct dmar_id *base_cid, struct dmar_error *err);
 
 /* The group of every peer but this node (MOUNT/@all/, "to": "all"),
  * unless the peers file names a node "all". */

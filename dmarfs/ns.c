@@ -1094,8 +1094,10 @@ int ns_commit_file(struct dmarfs *fs, struct inode *d, const char *name, struct 
  * ids"): a ship of it, or of a copy, then does not hash its recipe on the
  * transfer's path (1.2 ms of a 1 GiB near-duplicate's 20), and a peer's
  * commit of the same content clones it.  It costs the encode a recipe
- * and its hash, about 0.1 % of the encode.  Hashed under the shared lock;
- * a change since (another generation) leaves the file unnamed.
+ * and its hash, about 0.1 % of the encode.  So does a file a peer's
+ * recipe delta made (node.c queues it here): the next delta names it as
+ * its base.  Hashed under the shared lock; a change since (another
+ * generation) leaves the file unnamed.
  */
 #define NAME_CONTENT_MIN (4u << 20)
 static void name_content(struct dmarfs *fs, struct inode *i, struct dmar_fsctx *c)
@@ -1161,7 +1163,7 @@ int ns_encode(struct dmarfs *fs, struct inode *i, struct dmar_fsctx *c, int trie
 			break;
 	}
 	pthread_mutex_unlock(&i->encode_mu);
-	if (done && r == 0)
+	if (r == 0)
 		name_content(fs, i, c);
 	if (done && fs->attr_changed)
 		fs->attr_changed(fs, i); /* st_blocks */

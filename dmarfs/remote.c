@@ -79,6 +79,10 @@ struct rinode {
 	uint64_t loaded_size;
 	double idle_since;      /* loaded and not open since (monotonic seconds) */
 	struct dmar_file f;
+	/* What the peer holds at path, from an open that truncated f (a named
+	 * table's reference, no copy) until the ship of the new version, which
+	 * sends only how f differs from it (a recipe delta); else empty. */
+	struct dmar_file base;
 	struct rnames *names;   /* a directory's entries as the peer last listed them, or NULL */
 	struct dmarfs_remote *rm; /* the remote's: its names_gen and changes */
 };
@@ -214,6 +218,7 @@ static struct rinode *rinode_new(struct dmarfs_remote *rm, struct dmar_client *c
 	ri->st_ino = RINO_BASE + __atomic_add_fetch(&rm->next_ino, 1, __ATOMIC_RELAXED);
 	pthread_rwlock_init(&ri->lock, NULL);
 	dmar_file_init(&ri->f);
+	dmar_file_init(&ri->base);
 	pthread_mutex_lock(&rm->lock);
 	ri->next = rm->all;
 	if (rm->all)
@@ -312,6 +317,7 @@ static void rinode_destroy(struct dmarfs *fs, struct rinode *ri)
 {
 	names_free(ri->names);
 	dmar_file_clear(&ri->f, &fs->cfg.ctx);
+	dmar_file_clear(&ri->base, &fs->cfg.ctx);
 	pthread_rwlock_destroy(&ri->lock);
 	free(ri->target);
 	free(ri->path);
@@ -745,8 +751,28 @@ static int ensure_loaded(struct dmarfs *fs, struct rinode *ri, struct dmar_error
 	if (ri->loaded && ri->loaded_mtime_ns == ns && ri->loaded_size == (uint64_t)ri->st.st_size)
 		return 0;
 	dmar_file_clear(&ri->f, &fs->cfg.ctx);
+	dmar_file_clear(&ri->base, &fs->cfg.ctx);
 	ri->loaded = false;
 	return load(fs, ri, err);
+}
+
+/* Files from this size on keep their base (struct rinode) when an open
+ * truncates them: below it a recipe is small anyway. */
+#define DELTA_BASE_MIN (4u << 20)
+
+/* Before an open truncates ri->f: keep it as the base of the ship to
+ * come when it is what the peer holds (loaded or shipped, unchanged since)
+ * and has a content id to name it by.  It is the named table's: moving it
+ * costs a reference, not its extents. */
+static void keep_base(struct dmarfs *fs, struct rinode *ri)
+{
+	struct dmar_id cid;
+	dmar_file_clear(&ri->base, &fs->cfg.ctx);
+	if (!ri->loaded || ri->dirty || ri->broken || ri->f.size < DELTA_BASE_MIN ||
+	    !dmar_file_content_known(&ri->f, &cid, NULL))
+		return;
+	ri->base = ri->f;
+	dmar_file_init(&ri->f);
 }
 
 /* Ship ri->f to the peer if it has unshipped changes.  ri->lock held
@@ -787,10 +813,19 @@ static int ship(struct dmarfs *fs, struct rinode *ri)
 		dmar_recipe_free(&rc);
 		return -close_errno(r);
 	}
+	/* The version the peer holds, for a delta: its recipe (base holds its
+	 * chunks) and content id. */
+	struct dmar_recipe brc = { 0 };
+	struct dmar_id bcid;
+	bool has_base = ri->base.n && dmar_file_content_known(&ri->base, &bcid, NULL) &&
+			dmar_file_recipe(&ri->base, &brc) == 0;
 	/* ri->f holds a reference on every chunk while we hold its lock. */
 	struct dmar_xfer_stats st;
 	r = dmarfs_node_ship(fs->remote->node, ri->peer, "(write)", ri->path, &rc, &cid,
-			     known ? DMAR_PUSH_CONTENT_FIRST : 0, &st, NULL, &err);
+			     known ? DMAR_PUSH_CONTENT_FIRST : 0, &st, NULL, has_base ? &brc : NULL,
+			     has_base ? &bcid : NULL, &err);
+	dmar_recipe_free(&brc);
+	dmar_file_clear(&ri->base, &fs->cfg.ctx);
 	names_changed(fs->remote, ri->cl, ri->path); /* even a failed push may have changed the peer */
 	if (!r) {
 		ri->dirty = false;
@@ -1166,6 +1201,7 @@ static void r_open(fuse_req_t req, struct rinode *ri, struct fuse_file_info *fi)
 			r = -EISDIR;
 			goto out;
 		}
+		keep_base(fs, ri);
 		dmar_file_clear(&ri->f, &fs->cfg.ctx);
 		ri->loaded = ri->dirty = true;
 		ri->broken = 0;
@@ -1240,6 +1276,7 @@ static void r_release(fuse_req_t req, struct rinode *ri)
 		/* Its ship failed (close said so): the changes cannot go
 		 * anywhere now. */
 		dmar_file_clear(&ri->f, &fs->cfg.ctx);
+		dmar_file_clear(&ri->base, &fs->cfg.ctx);
 		ri->loaded = ri->dirty = false;
 		ri->broken = 0;
 		ri->st_at = 0;
@@ -1815,6 +1852,7 @@ static size_t cache_drop(struct dmarfs *fs, double before)
 			continue;
 		if (ri->loaded && !ri->opens && !ri->dirty && !ri->broken && ri->idle_since <= before) {
 			dmar_file_clear(&ri->f, &fs->cfg.ctx);
+			dmar_file_clear(&ri->base, &fs->cfg.ctx);
 			ri->loaded = false;
 			gone++;
 		}
@@ -1844,6 +1882,7 @@ static void remote_refs(void *ctx, const struct dmar_file_refs *r)
 	for (struct rinode *ri = rm->all; ri; ri = ri->next) {
 		pthread_rwlock_rdlock(&ri->lock);
 		dmar_file_refs(&ri->f, r);
+		dmar_file_refs(&ri->base, r);
 		pthread_rwlock_unlock(&ri->lock);
 	}
 	pthread_mutex_unlock(&rm->lock);

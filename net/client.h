@@ -127,6 +127,14 @@ struct dmar_push_opts {
 	 * answer's "relay" (docs/rest-api.md). */
 	const char *relay;
 	json_t **answer;   /* if not NULL: the answer of the commit that made the file */
+	/* The recipe of the version the peer holds at path and its content
+	 * id, when the caller knows them (a new version of a file it shipped
+	 * or loaded): without relay, the commit then says only how r differs
+	 * (a recipe delta, codec/recipe.h), after the chunks it adds that the
+	 * peer is not known to hold.  A peer without that base (or without
+	 * deltas) gets r as below. */
+	const struct dmar_recipe *base;
+	const struct dmar_id *base_cid;
 };
 int dmar_client_push(struct dmar_client *c, const char *path, const struct dmar_recipe *r,
 		     const struct dmar_id *cid, const struct dmar_chunk_source *src, const struct dmar_push_opts *o,

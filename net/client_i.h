@@ -85,6 +85,7 @@ struct dmar_client {
 	char *tls_ca;
 	unsigned streams;
 	atomic_bool no_short; /* the peer answered 415 to a short recipe */
+	atomic_bool no_delta; /* the peer answered 415 to a recipe delta */
 	/* Chunks the peer holds, as its commits said (push): a new version
 	 * of a file it holds goes with its new chunks before the commit,
 	 * not after a refusal that lists them. */
@@ -134,6 +135,7 @@ struct call {
 
 #define CT_RECIPE "application/x-dmar-recipe"
 #define CT_RECIPE_SHORT "application/x-dmar-recipe-short"
+#define CT_RECIPE_DELTA "application/x-dmar-recipe-delta"
 
 struct engine {
 	struct dmar_client *c;
@@ -162,7 +164,7 @@ int cl_query_all(struct dmar_client *c, const struct dmar_id *ids, size_t n, uin
 		     struct dmar_error *err);
 /* One commit request's body and headers. */
 struct commit_req {
-	const char *ctype; /* CT_RECIPE or CT_RECIPE_SHORT */
+	const char *ctype; /* CT_RECIPE, CT_RECIPE_SHORT or CT_RECIPE_DELTA */
 	const uint8_t *recipe;
 	size_t len;
 	const struct dmar_id *content; /* sent as X-Dmar-Content (NULL: not) */

@@ -664,6 +664,101 @@ static int push_finish(struct push *p, const struct tally *t, int ret, struct dm
 	return ret;
 }
 
+/*
+ * A new version of the file the peer holds at path as a recipe delta
+ * against o->base: the chunks it adds that the peer is not known to hold
+ * go first, then the commit of the delta.  0 when the peer made the
+ * file; -EAGAIN when it could not from the delta (no such base there,
+ * chunks missing, or no deltas), for the recipe's way to take over;
+ * else the push's error.
+ */
+static int push_delta(struct push *p, const char *path, const struct dmar_recipe *r, const struct dmar_push_opts *o,
+		      struct commit_req *cq, struct tally *t, json_t **answer, struct dmar_error *err)
+{
+	struct dmar_client *c = p->e.c;
+	uint8_t *db = NULL;
+	size_t dlen = 0;
+	int ret = dmar_recipe_delta_make(o->base, o->base_cid, r, r->n / CL_PREDICT_SHARE, &db, &dlen);
+	if (ret < 0)
+		return ret == -E2BIG ? -EAGAIN : ret;
+	struct dmar_recipe_delta d;
+	uint32_t *todo = NULL;
+	if ((ret = dmar_recipe_delta_parse(db, dlen, &d, NULL)) < 0) {
+		free(db);
+		return ret;
+	}
+	if ((ret = dmar_idset_init(&p->e.set, d.ne ? d.ne : 1)) < 0 ||
+	    !(p->hint = calloc(d.ne ? d.ne : 1, sizeof(*p->hint))) || !(todo = malloc((d.ne ? d.ne : 1) * sizeof(*todo)))) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	for (size_t i = 0; i < d.ne; i++) {
+		const struct dmar_recipe_entry *e = &d.e[i];
+		bool added;
+		if (e->kind != DMAR_RECIPE_CHUNK || dmar_idcache_has(c->held, &e->id))
+			continue;
+		int64_t k = dmar_idset_add(&p->e.set, &e->id, &added);
+		uint32_t end = (uint32_t)(e->skip + e->len);
+		if (k >= 0 && (added || end > p->hint[k]))
+			p->hint[k] = end;
+	}
+	for (size_t i = 0; i < r->n; i++)
+		p->e.st.chunks += r->e[i].kind == DMAR_RECIPE_CHUNK; /* no set of them all */
+	size_t n = p->e.set.n;
+	for (size_t i = 0; i < n; i++) {
+		todo[i] = (uint32_t)i;
+		p->e.st.todo_bytes += p->hint[i];
+	}
+	p->e.st.predicted_chunks = n;
+	if (n && (ret = push_upload(p, todo, n, &t->rounds)) < 0)
+		goto out;
+	json_t *ans = NULL;
+	struct dmar_error cerr = { 0 };
+	long status = 0;
+	cq->ctype = CT_RECIPE_DELTA;
+	cq->recipe = db;
+	cq->len = dlen;
+	cq->content = NULL;
+	ret = cl_commit_one(c, path, cq, &ans, t, &status, &cerr);
+	/* Sent, they are the peer's or staged there. */
+	if (ret == 0 || ret == -ENODATA)
+		dmar_idcache_add(c->held, p->e.set.ids, p->e.set.n);
+	/* Made: the base's chunks the edits took out likely went with it
+	 * (unless another file there holds them), and the ones they put in
+	 * are held.  Else a next version that brings an old region back
+	 * would be predicted held and refused. */
+	for (uint32_t j = 0; ret == 0 && j < d.m; j++)
+		for (uint32_t k = d.edits[j].at; k < d.edits[j].at + d.edits[j].del; k++)
+			if (o->base->e[k].kind == DMAR_RECIPE_CHUNK)
+				dmar_idcache_drop(c->held, &o->base->e[k].id);
+	for (size_t i = 0; ret == 0 && i < d.ne; i++)
+		if (d.e[i].kind == DMAR_RECIPE_CHUNK)
+			dmar_idcache_add(c->held, &d.e[i].id, 1);
+	if (ret == 0 && answer)
+		*answer = ans;
+	else
+		json_decref(ans);
+	if (status == 415) {
+		atomic_store(&c->no_delta, true);
+		ret = -EAGAIN;
+	} else if (ret == -ENODATA) {
+		ret = -EAGAIN;
+	} else if (ret < 0) {
+		dmar_error_set(err, ret, "%s", cerr.msg);
+	}
+out:
+	free(todo);
+	free(db);
+	dmar_recipe_delta_free(&d);
+	if (ret == -EAGAIN) { /* the recipe's way starts afresh */
+		dmar_idset_free(&p->e.set);
+		free(p->hint);
+		p->hint = NULL;
+		p->e.st.chunks = p->e.st.predicted_chunks = p->e.st.todo_bytes = 0;
+	}
+	return ret;
+}
+
 int dmar_client_push(struct dmar_client *c, const char *path, const struct dmar_recipe *r,
 		     const struct dmar_id *cid, const struct dmar_chunk_source *src, const struct dmar_push_opts *o,
 		     dmar_xfer_progress_fn progress, void *pctx, struct dmar_xfer_stats *st, struct dmar_error *err)
@@ -743,6 +838,9 @@ int dmar_client_push(struct dmar_client *c, const char *path, const struct dmar_
 		}
 		ask_content = false;
 	}
+	if (o && o->base && o->base_cid && !p.relay && r->n && !atomic_load(&c->no_delta) &&
+	    (ret = push_delta(&p, path, r, o, &cq, &t, answer, err)) != -EAGAIN)
+		goto out;
 	/*
 	 * The distinct chunks, what a refusal's bitmap and the uploads index,
 	 * only now: for a 1 GiB file they are 1.5 MiB of tables, which a

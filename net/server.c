@@ -327,7 +327,8 @@ static const struct route routes[] = {
 	{ "GET", "/v1/chunks/", MATCH_ID, BODY_NONE, { NULL }, srv_h_get_chunk, false },
 	{ "GET", "/v1/files", MATCH_TREE, BODY_NONE, { NULL }, srv_h_stat, false },
 	{ "DELETE", "/v1/files", MATCH_TREE, BODY_NONE, { NULL }, srv_h_remove, false },
-	{ "PUT", "/v1/files", MATCH_TREE, BODY_BUF, { CT_RECIPE, CT_RECIPE_SHORT }, srv_h_commit, false },
+	{ "PUT", "/v1/files", MATCH_TREE, BODY_BUF, { CT_RECIPE, CT_RECIPE_SHORT, CT_RECIPE_DELTA }, srv_h_commit,
+	  false },
 	{ "PUT", "/v1/dirs", MATCH_TREE, BODY_JSON, { CT_JSON }, srv_h_mkdir, false },
 	{ "GET", "/v1/recipes", MATCH_TREE, BODY_NONE, { NULL }, srv_h_recipe, false },
 	{ "POST", "/v1/transfers", MATCH_EXACT, BODY_JSON, { CT_JSON }, srv_h_transfer, false },
@@ -441,6 +442,15 @@ static enum MHD_Result count_framing(void *cls, enum MHD_ValueKind kind, const c
 }
 
 /* The first call: everything that can be refused before the body. */
+/* Whether Content-Type ct is one route rt takes. */
+static bool ctype_ok(const struct route *rt, const char *ct)
+{
+	for (size_t k = 0; k < sizeof(rt->ctype) / sizeof(*rt->ctype) && rt->ctype[k]; k++)
+		if (srv_media_type_is(ct, rt->ctype[k]))
+			return true;
+	return false;
+}
+
 static enum MHD_Result begin(struct req *q, const char *url, const char *method)
 {
 	struct dmar_server *s = q->s;
@@ -466,10 +476,14 @@ static enum MHD_Result begin(struct req *q, const char *url, const char *method)
 	const char *cl = srv_header(q, MHD_HTTP_HEADER_CONTENT_LENGTH);
 	bool has_body = fr.encodings || (cl && strcmp(cl, "0") != 0);
 	const char *ct = srv_header(q, MHD_HTTP_HEADER_CONTENT_TYPE);
-	if (rt->ctype[0] && (has_body || rt->body != BODY_JSON) && !srv_media_type_is(ct, rt->ctype[0]) &&
-	    !(rt->ctype[1] && srv_media_type_is(ct, rt->ctype[1])))
-		return reply_errorf(q, -ENOTSUP, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE, "Content-Type must be %s%s%s",
-				    rt->ctype[0], rt->ctype[1] ? " or " : "", rt->ctype[1] ? rt->ctype[1] : "");
+	if (rt->ctype[0] && (has_body || rt->body != BODY_JSON) && !ctype_ok(rt, ct)) {
+		char want[256] = "";
+		for (size_t k = 0; k < sizeof(rt->ctype) / sizeof(*rt->ctype) && rt->ctype[k]; k++)
+			snprintf(want + strlen(want), sizeof(want) - strlen(want), "%s%s",
+				 !k ? "" : k + 1 < sizeof(rt->ctype) / sizeof(*rt->ctype) && rt->ctype[k + 1] ? ", " : " or ",
+				 rt->ctype[k]);
+		return reply_errorf(q, -ENOTSUP, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE, "Content-Type must be %s", want);
+	}
 	q->limit = rt->body == BODY_JSON && s->max_body > JSON_BODY_MAX ? JSON_BODY_MAX : s->max_body;
 	q->clen = UINT64_MAX;
 	if (cl) {

@@ -101,6 +101,13 @@ struct dmar_node_ops {
 	 * completed recipe against its id and commits it through commit. */
 	int (*resolve)(void *ctx, const char *path, struct dmar_id *ids, size_t n, unsigned idlen, uint8_t *state,
 		       struct dmar_error *err);
+	/* Optional.  PUT /v1/files/PATH with a recipe delta: the recipe of
+	 * the regular file at path in *out (entries malloc'd) when its
+	 * content id is cid; -ESTALE when it holds other content, -ENOENT
+	 * when there is no such file.  The server applies the delta to it and
+	 * commits the result through commit. */
+	int (*base)(void *ctx, const char *path, const struct dmar_id *cid, struct dmar_recipe *out,
+		    struct dmar_error *err);
 	/* GET /v1/recipes/PATH: *buf = malloc'd recipe bytes (dmar_recipe_write)
 	 * of the regular file at path, *len its size. */
 	int (*recipe)(void *ctx, const char *path, uint8_t **buf, size_t *len, struct dmar_error *err);

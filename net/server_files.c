@@ -249,7 +249,40 @@ static int try_clone(struct req *q, const char *hex, bool is_short, bool norepla
 	return 0;
 }
 
-/* PUT /v1/files/PATH, body a recipe or a short recipe */
+/* A recipe delta: applied to the file at the path if it holds the base
+ * content, else refused with "resend": "recipe" (the sender sends its
+ * recipe).  The result is committed as a recipe would be, its content id
+ * left for the file's first ship or delta to compute. */
+static enum MHD_Result commit_delta(struct req *q, bool noreplace)
+{
+	struct dmar_recipe_delta d;
+	int r = dmar_recipe_delta_parse(q->body, q->len, &d, &q->err);
+	if (r < 0)
+		return srv_reply_ops_error(q, r);
+	struct dmar_recipe base = { 0 }, rc = { 0 };
+	json_t *o = NULL;
+	r = q->s->ops->base ? q->s->ops->base(q->s->ctx, q->path, &d.base, &base, &q->err) : -ENOENT;
+	if (r == -ESTALE || r == -ENOENT) {
+		memset(&q->err, 0, sizeof(q->err));
+		r = dmar_error_set(&q->err, -ENODATA, "recipe delta: no file at the path holds its base");
+		o = json_pack("{s:i, s:s}", "missing_count", 0, "resend", "recipe");
+	} else if (r == 0 && (r = dmar_recipe_delta_apply(&d, &base, &rc, &q->err)) == 0) {
+		r = q->s->ops->commit(q->s->ctx, q->path, &rc, NULL, noreplace, &q->tags, &o, &q->err);
+		if (r == -ENODATA) {
+			json_t *bits = missing_bits(q, &rc, o);
+			if (bits) {
+				json_decref(o);
+				o = bits;
+			}
+		}
+	}
+	dmar_recipe_free(&rc);
+	dmar_recipe_free(&base);
+	dmar_recipe_delta_free(&d);
+	return commit_reply(q, r, o, noreplace);
+}
+
+/* PUT /v1/files/PATH, body a recipe, a short recipe or a recipe delta */
 enum MHD_Result srv_h_commit(struct req *q)
 {
 	const char *inm = srv_header(q, MHD_HTTP_HEADER_IF_NONE_MATCH);
@@ -266,6 +299,8 @@ enum MHD_Result srv_h_commit(struct req *q)
 	bool is_short = srv_media_type_is(srv_header(q, MHD_HTTP_HEADER_CONTENT_TYPE), CT_RECIPE_SHORT);
 	const char *want = srv_header(q, "X-Dmar-Missing-As");
 	bool as_bits = is_short || (want && !strcmp(want, "bits"));
+	if (srv_media_type_is(srv_header(q, MHD_HTTP_HEADER_CONTENT_TYPE), CT_RECIPE_DELTA))
+		return commit_delta(q, noreplace);
 	const char *content = srv_header(q, "X-Dmar-Content");
 	enum MHD_Result ret;
 	if (content && try_clone(q, content, is_short, noreplace, &ret) == 0)

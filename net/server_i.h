@@ -161,6 +161,7 @@ enum match { MATCH_EXACT, MATCH_TREE, MATCH_ID };
 
 #define CT_RECIPE "application/x-dmar-recipe"
 #define CT_RECIPE_SHORT "application/x-dmar-recipe-short"
+#define CT_RECIPE_DELTA "application/x-dmar-recipe-delta"
 #define CT_IDS "application/octet-stream"
 #define CT_CHUNKS "application/x-dmar-chunks"
 #define CT_JSON "application/json"
@@ -174,7 +175,7 @@ struct route {
 	const char *prefix;
 	enum match match;
 	enum body_kind body;
-	const char *ctype[2]; /* the Content-Types it takes (the first named in a 415), or none */
+	const char *ctype[3]; /* the Content-Types it takes (named in a 415), or none */
 	handler_fn fn;
 	bool open; /* served without the token (the web view's static files) */
 };

@@ -124,6 +124,30 @@ cp "$S/w1.bin" "$A/@b/w1v2.bin" || fail "cp over a file b has cached"
 [ "$(digest "$B/w1v2.bin")" = "$d1" ] || fail "b shows the old w1v2.bin after a commit replaced it"
 [ "$(fsize "$B/w1v2.bin")" = $((64 * MiB)) ] || fail "b's w1v2.bin: $(fsize "$B/w1v2.bin") bytes after the commit"
 
+check "a new version written over a file shipped through @b/ goes as a recipe delta; a base changed at b falls back"
+# a shipped w1.bin's content as @b/w1v2.bin just above: cp's O_TRUNC
+# keeps that as the base, and the commit names it by content id.
+j0=$(net_node_info b commits.delta)
+w0=$(net_bytes a)
+cp "$S/w1v2.bin" "$A/@b/w1v2.bin" || fail "cp v2 over v1 failed"
+sent=$(wire_since "$w0")
+j1=$(net_node_info b commits.delta)
+[ "$(digest "$B/w1v2.bin")" = "$(digest "$S/w1v2.bin")" ] || fail "b's w1v2.bin differs after the delta"
+[ $((j1 - j0)) = 1 ] || fail "b made $((j1 - j0)) files from a recipe delta (expected 1)"
+# 1 MiB of chunks and a delta of a few KB, not 64 KB of short recipe
+[ "$sent" -le $((3 * MiB)) ] || fail "$(mib "$sent") crossed for 1 MiB rewritten as a delta"
+say "  new version as a delta: $(mib "$sent") on the wire"
+# Changed at b, the file is no longer the base a names: b says so, and a
+# sends the recipe instead; the copy is whole either way.
+printf 'b-side' | dd of="$B/w1v2.bin" bs=1 seek=4096 conv=notrunc status=none || fail "write at b"
+r0=$(($(net_node_info b commits.recipe) + $(net_node_info b commits.content)))
+cp "$S/w1.bin" "$A/@b/w1v2.bin" || fail "cp over a base changed at b failed"
+[ "$(digest "$B/w1v2.bin")" = "$d1" ] || fail "b's w1v2.bin differs after the fallback from a stale base"
+[ "$(net_node_info b commits.delta)" = "$j1" ] || fail "a delta against a base b no longer holds was applied"
+# b holds w1.bin's content: the recipe's commit is made from it
+r1=$(($(net_node_info b commits.recipe) + $(net_node_info b commits.content)))
+[ $((r1 - r0)) = 1 ] || fail "the fallback made $((r1 - r0)) files from a recipe or content (expected 1)"
+
 check "reading @b/FILE gives b's bytes; a second read pulls nothing new"
 mkprng "$S/r.bin" $((16 * MiB)) 3
 cp "$S/r.bin" "$B/r.bin" || fail "cp into b"
