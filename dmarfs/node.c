@@ -814,17 +814,7 @@ static int op_base(void *ctx, const char *path, const struct dmar_id *cid, struc
 	if (r < 0)
 		return r;
 	struct dmar_id have;
-	pthread_rwlock_rdlock(&i->lock);
-	uint64_t gen = i->f.gen;
-	bool known = dmar_file_content_known(&i->f, &have, NULL);
-	r = dmar_file_recipe(&i->f, out);
-	pthread_rwlock_unlock(&i->lock);
-	if (r == 0 && !known && (r = dmar_recipe_ids(out, NULL, &have)) == 0) {
-		pthread_rwlock_wrlock(&i->lock);
-		if (i->f.gen == gen)
-			(void)dmar_file_publish(&i->f, &fs->cfg.ctx, &have, false);
-		pthread_rwlock_unlock(&i->lock);
-	}
+	r = ns_content_id(i, &fs->cfg.ctx, out, &have);
 	unhold(fs, i);
 	if (r == -EAGAIN) /* written since, not encoded yet: not the base */
 		return dmar_error_set(err, -ESTALE, "%s changed here", path);

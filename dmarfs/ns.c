@@ -1076,6 +1076,48 @@ int ns_commit_file(struct dmarfs *fs, struct inode *d, const char *name, struct 
 
 /* ---- encoding ---------------------------------------------------------- */
 
+int ns_content_id(struct inode *i, struct dmar_fsctx *c, struct dmar_recipe *rc, struct dmar_id *cid)
+{
+	struct dmar_recipe own;
+	struct dmar_recipe *out = rc ? rc : &own;
+	pthread_rwlock_rdlock(&i->lock);
+	uint64_t gen = i->f.gen;
+	bool known = dmar_file_content_known(&i->f, cid, NULL);
+	int r = known && !rc ? 0 : dmar_file_recipe(&i->f, out);
+	pthread_rwlock_unlock(&i->lock);
+	if (r < 0 || known)
+		return r;
+	if ((r = dmar_recipe_ids(out, NULL, cid)) == 0) {
+		pthread_rwlock_wrlock(&i->lock);
+		if (i->f.gen == gen)
+			(void)dmar_file_publish(&i->f, c, cid, false);
+		pthread_rwlock_unlock(&i->lock);
+	}
+	if (!rc || r < 0)
+		dmar_recipe_free(out);
+	return r;
+}
+
+/*
+ * A big file encoded whole gets its content id now (file.h, "Content
+ * ids"): a ship of it, or of a copy, then does not hash its recipe on the
+ * transfer's path (1.2 ms of a 1 GiB near-duplicate's 20), and a peer's
+ * commit of the same content clones it.  It costs the encode a recipe
+ * and its hash, about 0.1 % of the encode.  So does a file a peer's
+ * recipe delta made (node.c queues it here): the next delta names it as
+ * its base.
+ */
+#define NAME_CONTENT_MIN (4u << 20)
+static void name_content(struct inode *i, struct dmar_fsctx *c)
+{
+	pthread_rwlock_rdlock(&i->lock);
+	bool big = i->f.size >= NAME_CONTENT_MIN;
+	pthread_rwlock_unlock(&i->lock);
+	struct dmar_id cid;
+	if (big)
+		(void)ns_content_id(i, c, NULL, &cid); /* an optimisation: may fail */
+}
+
 /* Encode a file's RAW extents, one step at a time (file.c: each step
  * frees the RAW memory it converted, so a file nearly as big as the free
  * space still encodes).  The cutting, hashing and storing of a step run
@@ -1089,39 +1131,6 @@ int ns_commit_file(struct dmarfs *fs, struct inode *d, const char *name, struct 
  * step of a file the journal holds is synced at once: the RAW memory it
  * frees is pending until then (file.h), and must be free for the next
  * step. */
-/*
- * A big file encoded whole gets its content id now (file.h, "Content
- * ids"): a ship of it, or of a copy, then does not hash its recipe on the
- * transfer's path (1.2 ms of a 1 GiB near-duplicate's 20), and a peer's
- * commit of the same content clones it.  It costs the encode a recipe
- * and its hash, about 0.1 % of the encode.  So does a file a peer's
- * recipe delta made (node.c queues it here): the next delta names it as
- * its base.  Hashed under the shared lock; a change since (another
- * generation) leaves the file unnamed.
- */
-#define NAME_CONTENT_MIN (4u << 20)
-static void name_content(struct dmarfs *fs, struct inode *i, struct dmar_fsctx *c)
-{
-	struct dmar_recipe rc;
-	struct dmar_id cid;
-	pthread_rwlock_rdlock(&i->lock);
-	uint64_t gen = i->f.gen;
-	int r = i->f.size < NAME_CONTENT_MIN || i->f.dirty || dmar_file_content_known(&i->f, &cid, NULL)
-			? -EEXIST
-			: dmar_file_recipe(&i->f, &rc);
-	pthread_rwlock_unlock(&i->lock);
-	if (r < 0)
-		return;
-	r = dmar_recipe_ids(&rc, NULL, &cid);
-	dmar_recipe_free(&rc);
-	if (r < 0)
-		return;
-	pthread_rwlock_wrlock(&i->lock);
-	if (i->f.gen == gen)
-		(void)dmar_file_publish(&i->f, c, &cid, false);
-	pthread_rwlock_unlock(&i->lock);
-}
-
 int ns_encode(struct dmarfs *fs, struct inode *i, struct dmar_fsctx *c, int tries)
 {
 	/* Encoders of one file take turns: two would cut and hash the same
@@ -1164,7 +1173,7 @@ int ns_encode(struct dmarfs *fs, struct inode *i, struct dmar_fsctx *c, int trie
 	}
 	pthread_mutex_unlock(&i->encode_mu);
 	if (r == 0)
-		name_content(fs, i, c);
+		name_content(i, c);
 	if (done && fs->attr_changed)
 		fs->attr_changed(fs, i); /* st_blocks */
 	return r;

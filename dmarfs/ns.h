@@ -302,6 +302,12 @@ int ns_commit_file(struct dmarfs *fs, struct inode *d, const char *name, struct 
  * stays RAW), -EAGAIN when writes made tries plans stale,
  * -ENOSPC when not even one chunk fitted, -ENOMEM. */
 int ns_encode(struct dmarfs *fs, struct inode *i, struct dmar_fsctx *c, int tries);
+/* i's content id in *cid and, when rc is not NULL, its recipe (rc->e
+ * malloc'd): the known id, else computed from the recipe and published on
+ * i as named here (file.h: not sent).  The hash runs under the shared
+ * lock; a change meanwhile (another generation) leaves i unnamed.  0,
+ * -EAGAIN (i holds bytes not encoded yet), -ENOMEM. */
+int ns_content_id(struct inode *i, struct dmar_fsctx *c, struct dmar_recipe *rc, struct dmar_id *cid);
 /* Before a copy shares i's chunks (dmar_file_share would encode i itself,
  * in one go, without a sync between steps): encode it, if it needs it. */
 void ns_encode_source(struct dmarfs *fs, struct inode *i);

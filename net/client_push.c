@@ -720,13 +720,13 @@ static int push_delta(struct push *p, const char *path, const struct dmar_recipe
 	cq->len = dlen;
 	cq->content = NULL;
 	ret = cl_commit_one(c, path, cq, &ans, t, &status, &cerr);
-	/* Sent, they are the peer's or staged there. */
-	if (ret == 0 || ret == -ENODATA)
+	/* Refused, the ones sent are staged there. */
+	if (ret == -ENODATA)
 		dmar_idcache_add(c->held, p->e.set.ids, p->e.set.n);
 	/* Made: the base's chunks the edits took out likely went with it
 	 * (unless another file there holds them), and the ones they put in
-	 * are held.  Else a next version that brings an old region back
-	 * would be predicted held and refused. */
+	 * (the sent ones among them) are held.  Else a next version that
+	 * brings an old region back would be predicted held and refused. */
 	for (uint32_t j = 0; ret == 0 && j < d.m; j++)
 		for (uint32_t k = d.edits[j].at; k < d.edits[j].at + d.edits[j].del; k++)
 			if (o->base->e[k].kind == DMAR_RECIPE_CHUNK)
