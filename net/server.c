@@ -442,10 +442,19 @@ static enum MHD_Result count_framing(void *cls, enum MHD_ValueKind kind, const c
 }
 
 /* The first call: everything that can be refused before the body. */
+/* How many Content-Types route rt takes. */
+static size_t ctypes(const struct route *rt)
+{
+	size_t n = 0;
+	while (n < sizeof(rt->ctype) / sizeof(*rt->ctype) && rt->ctype[n])
+		n++;
+	return n;
+}
+
 /* Whether Content-Type ct is one route rt takes. */
 static bool ctype_ok(const struct route *rt, const char *ct)
 {
-	for (size_t k = 0; k < sizeof(rt->ctype) / sizeof(*rt->ctype) && rt->ctype[k]; k++)
+	for (size_t k = 0; k < ctypes(rt); k++)
 		if (srv_media_type_is(ct, rt->ctype[k]))
 			return true;
 	return false;
@@ -478,10 +487,9 @@ static enum MHD_Result begin(struct req *q, const char *url, const char *method)
 	const char *ct = srv_header(q, MHD_HTTP_HEADER_CONTENT_TYPE);
 	if (rt->ctype[0] && (has_body || rt->body != BODY_JSON) && !ctype_ok(rt, ct)) {
 		char want[256] = "";
-		for (size_t k = 0; k < sizeof(rt->ctype) / sizeof(*rt->ctype) && rt->ctype[k]; k++)
+		for (size_t k = 0, n = ctypes(rt); k < n; k++)
 			snprintf(want + strlen(want), sizeof(want) - strlen(want), "%s%s",
-				 !k ? "" : k + 1 < sizeof(rt->ctype) / sizeof(*rt->ctype) && rt->ctype[k + 1] ? ", " : " or ",
-				 rt->ctype[k]);
+				 !k ? "" : k + 1 < n ? ", " : " or ", rt->ctype[k]);
 		return reply_errorf(q, -ENOTSUP, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE, "Content-Type must be %s", want);
 	}
 	q->limit = rt->body == BODY_JSON && s->max_body > JSON_BODY_MAX ? JSON_BODY_MAX : s->max_body;

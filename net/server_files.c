@@ -251,8 +251,8 @@ static int try_clone(struct req *q, const char *hex, bool is_short, bool norepla
 
 /* A recipe delta: applied to the file at the path if it holds the base
  * content, else refused with "resend": "recipe" (the sender sends its
- * recipe).  The result is committed as a recipe would be, its content id
- * left for the file's first ship or delta to compute. */
+ * recipe).  The result is committed as a recipe would be, without a
+ * content id: the node names it later (node.c), or when it is a base. */
 static enum MHD_Result commit_delta(struct req *q, bool noreplace)
 {
 	struct dmar_recipe_delta d;
